@@ -1,0 +1,168 @@
+"""The command line: parses arguments and calls the library.
+
+Exit codes:
+  0  grading finished (whatever the score), unless --fail-under was given and missed
+  1  the score is below --fail-under
+  2  bad input: unknown lab, missing or unreadable file, malformed lab.yaml, bad option
+  3  internal error in the grader (a short id points to the full trace in the log)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+from .errors import GraderError, internal_error_id
+from .grade import GradeOptions, LabReport, grade
+from .labs import find_lab, lab_ids
+from .outcome import fmt_points
+from .report import data as json_report
+from .report import junit, text
+
+EXIT_OK, EXIT_BELOW, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cuda-grader",
+        description="Grade CUDA lab submissions: correctness, speed and memory behaviour.",
+        epilog="Exit codes: 0 graded, 1 below --fail-under, 2 bad input, 3 internal error.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("grade", help="grade one .cu file for one lab")
+    g.add_argument("lab", help="lab id (see `cuda-grader labs`)")
+    g.add_argument("source", nargs="?", type=Path, help="the .cu file to grade (default: the lab's reference solution)")
+    g.add_argument("--stub", action="store_true", help="grade the lab's student stub instead of the reference")
+    g.add_argument("--out", type=Path, help="write report.xml, report.json and report.md into this folder")
+    g.add_argument("--junit", type=Path, help="write JUnit XML here")
+    g.add_argument("--json", type=Path, help="write the JSON result here")
+    g.add_argument("--markdown", type=Path, help="write the Markdown summary here")
+    g.add_argument("--fail-under", metavar="SCORE", help="exit 1 if the score is below SCORE points (or SCORE%% of the maximum)")
+    g.add_argument("--arch", action="append", metavar="sm_XY", help="compile for this arch (repeatable; default: the GPU's, or sm_90 without a GPU)")
+    g.add_argument("--no-gpu", action="store_true", help="run only the checks that need no GPU")
+    g.add_argument("--no-timing", action="store_true", help="skip the speed checks")
+    g.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
+    g.add_argument("--cache-dir", type=Path, help="build cache (default: ~/.cache/cuda-lab-grader or $GRADER_CACHE_DIR)")
+    g.add_argument("--keep-work", type=Path, help="keep the worker's files (inputs, outputs, logs) under this folder")
+    g.add_argument("-v", "--verbose", action="store_true", help="show every check's details")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+    sub.add_parser("labs", help="list the labs")
+    c = sub.add_parser("check-lab", help="load a lab's YAML and report any error in it")
+    c.add_argument("lab", help="lab id or path to lab.yaml")
+    return p
+
+
+def _fail_under(value: str, max_score: float) -> float:
+    try:
+        if value.endswith("%"):
+            return float(value[:-1]) / 100 * max_score
+        return float(value)
+    except ValueError:
+        raise GraderError(f"--fail-under: expected a number of points or a percentage, got {value!r}") from None
+
+
+def _arch(value: str) -> str:
+    v = value.strip().lower().replace("compute_", "sm_")
+    if not v.startswith("sm_"):
+        v = "sm_" + v.replace(".", "")
+    if not v[3:].rstrip("af").isdigit():
+        raise GraderError(f"--arch: expected something like sm_90, got {value!r}")
+    return v
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    spec = find_lab(args.lab)
+    if args.source is not None and args.stub:
+        raise GraderError("give either a source file or --stub, not both")
+    source = args.source or (spec.files.stub if args.stub else spec.files.reference)
+    if args.fail_under is not None:
+        _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work
+    options = GradeOptions(
+        archs=tuple(_arch(a) for a in args.arch) if args.arch else None,
+        cache_dir=args.cache_dir,
+        timing=not args.no_timing,
+        counters=not args.no_counters,
+        gpu=not args.no_gpu,
+        keep_work=args.keep_work,
+    )
+    progress = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    report = grade(spec, source, options, progress, display_name=_display(source))
+    _write_reports([report], args)
+    sys.stdout.write(text.terminal([report], verbose=args.verbose))
+    if args.fail_under is not None:
+        need = _fail_under(args.fail_under, report.max_score)
+        if report.score < need:
+            print(f"score {fmt_points(report.score)} is below --fail-under {args.fail_under}", file=sys.stderr)
+            return EXIT_BELOW
+    return EXIT_OK
+
+
+def _display(source: Path) -> str:
+    try:
+        return str(source.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(source)
+
+
+def _write_reports(reports: list[LabReport], args: argparse.Namespace) -> None:
+    targets = {"junit": args.junit, "json": args.json, "markdown": args.markdown}
+    if args.out:
+        targets = {
+            "junit": args.junit or args.out / "report.xml",
+            "json": args.json or args.out / "report.json",
+            "markdown": args.markdown or args.out / "report.md",
+        }
+    if targets["junit"]:
+        junit.write(reports, targets["junit"])
+    if targets["json"]:
+        targets["json"].parent.mkdir(parents=True, exist_ok=True)
+        targets["json"].write_text(json_report.dumps(reports), encoding="utf-8")
+    md = text.markdown(reports)
+    if targets["markdown"]:
+        targets["markdown"].parent.mkdir(parents=True, exist_ok=True)
+        targets["markdown"].write_text(md, encoding="utf-8")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(md)
+
+
+def cmd_labs(_: argparse.Namespace) -> int:
+    for lab_id in lab_ids():
+        spec = find_lab(lab_id)
+        print(f"{lab_id:<18} {spec.title} ({fmt_points(spec.max_points)} points)")
+    return EXIT_OK
+
+
+def cmd_check_lab(args: argparse.Namespace) -> int:
+    spec = find_lab(args.lab)
+    print(f"{spec.source}: ok ({len(spec.correctness.cases)} correctness cases, {fmt_points(spec.max_points)} points)")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"grade": cmd_grade, "labs": cmd_labs, "check-lab": cmd_check_lab}[args.command]
+    try:
+        return handler(args)
+    except GraderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # anything else is our bug: short id here, full trace in the log
+        log = Path(os.environ.get("GRADER_LOG", Path.home() / ".cache" / "cuda-lab-grader" / "internal-errors.log"))
+        short = internal_error_id(exc, log)
+        print(f"internal error {short}: {type(exc).__name__}: {exc} (full trace in {log})", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,298 @@
+"""Building a submission into a shared object with nvcc: cached, time-limited, errors trimmed."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import toolchain
+from .errors import GraderError
+from .textutil import cap_lines, clean
+
+SUPPORT_SOURCE = Path(__file__).parent / "cuda" / "support.cu"
+CACHE_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reports for one kernel."""
+
+    name: str
+    registers: int = 0
+    barriers: int = 0
+    smem_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    cmem_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    ok: bool
+    library: Path | None
+    message: str  # one line for the student
+    log: str  # trimmed compiler output, paths shown as the student knows them
+    kernels: tuple[KernelResources, ...]
+    archs: tuple[str, ...]
+    cached: bool
+    seconds: float
+    timed_out: bool = False
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("GRADER_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cuda-lab-grader"
+
+
+def gencode_flags(archs: tuple[str, ...]) -> list[str]:
+    flags = []
+    for arch in archs:
+        num = arch.removeprefix("sm_")
+        flags += ["-gencode", f"arch=compute_{num},code=sm_{num}"]
+    return flags
+
+
+def build(
+    source: Path,
+    header: Path,
+    archs: tuple[str, ...],
+    *,
+    flags: tuple[str, ...] = ("-O3",),
+    cache_dir: Path | None = None,
+    time_limit_s: float = 120.0,
+    display_name: str | None = None,
+) -> BuildResult:
+    """Compile ``source`` with ``header`` force-included into a shared object."""
+    started = time.monotonic()
+    nvcc = toolchain.find("nvcc")
+    if nvcc is None:
+        raise GraderError("nvcc not found: install the CUDA toolkit or set CUDA_HOME (or GRADER_NVCC)")
+    src_bytes = _read_source(source)
+    display = display_name or source.name
+    cmd_flags = [
+        *flags,
+        *gencode_flags(archs),
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-Xptxas",
+        "-v",
+        "-Xptxas",
+        "-warn-spills",
+        "-Xptxas",
+        "-warn-lmem-usage",
+        "-lineinfo",
+        "-Xlinker",
+        "--no-undefined",
+    ]
+    key = hashlib.sha256()
+    for part in (
+        CACHE_VERSION.encode(),
+        src_bytes,
+        header.read_bytes(),
+        SUPPORT_SOURCE.read_bytes(),
+        json.dumps(cmd_flags).encode(),
+        toolchain.nvcc_version().encode(),
+        display.encode(),
+    ):
+        key.update(hashlib.sha256(part).digest())
+    digest = key.hexdigest()[:32]
+    cache = (cache_dir or default_cache_dir()) / "builds"
+    final = cache / digest
+    meta_path = final / "build.json"
+    if meta_path.exists():
+        try:
+            meta = json.loads(meta_path.read_text())
+            return _result_from_meta(final, meta, cached=True, seconds=time.monotonic() - started)
+        except (OSError, ValueError, KeyError):
+            shutil.rmtree(final, ignore_errors=True)
+
+    cache.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
+    try:
+        # Compile a copy named as the student knows it, so messages carry the right file name.
+        rel = Path(display)
+        if rel.is_absolute() or ".." in rel.parts:
+            rel = Path(source.name)
+        local_src = work / rel
+        local_src.parent.mkdir(parents=True, exist_ok=True)
+        local_src.write_bytes(src_bytes)
+        local_hdr = work / header.name
+        local_hdr.write_bytes(header.read_bytes())
+        cmd = [
+            str(nvcc),
+            *cmd_flags,
+            "-include",
+            header.name,
+            "-o",
+            "lib.so",
+            str(rel),
+            str(SUPPORT_SOURCE),
+        ]
+        timed_out = False
+        try:
+            proc = subprocess.run(
+                cmd, cwd=work, capture_output=True, text=True, errors="replace",
+                timeout=time_limit_s, start_new_session=True,
+            )
+            output, rc = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            timed_out, rc = True, -1
+            output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        output = output.replace(str(work) + "/", "").replace(str(SUPPORT_SOURCE), "grader-support.cu")
+        ok = rc == 0 and (work / "lib.so").exists()
+        kernels = parse_ptxas(output, archs[0] if archs else None) if ok else ()
+        if timed_out:
+            message = f"compilation of {display} took longer than {time_limit_s:g} s and was stopped"
+        elif ok:
+            message = f"compiled for {', '.join(archs)}"
+        else:
+            message = summarize_errors(output, display)
+        meta = {
+            "ok": ok,
+            "message": message,
+            "log": student_log(output),
+            "kernels": [k.__dict__ for k in kernels],
+            "archs": list(archs),
+            "timed_out": timed_out,
+        }
+        (work / "build.json").write_text(json.dumps(meta, indent=1))
+        if timed_out:  # do not cache a timeout: the machine may just have been busy
+            return _result_from_meta(work, meta, cached=False, seconds=time.monotonic() - started)
+        try:
+            os.rename(work, final)  # publish atomically
+        except OSError:  # someone else published the same build first
+            shutil.rmtree(work, ignore_errors=True)
+        return _result_from_meta(final, meta, cached=False, seconds=time.monotonic() - started)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _read_source(source: Path) -> bytes:
+    if not source.exists():
+        raise GraderError("file not found", path=source)
+    if source.is_dir():
+        raise GraderError("is a directory, expected a .cu file", path=source)
+    data = source.read_bytes()
+    if not data.strip():
+        raise GraderError("the file is empty", path=source)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise GraderError(f"not UTF-8 text (first bad byte on line {line})", path=source) from None
+    return data
+
+
+def _result_from_meta(folder: Path, meta: dict, *, cached: bool, seconds: float) -> BuildResult:
+    lib = folder / "lib.so"
+    return BuildResult(
+        ok=bool(meta["ok"]),
+        library=lib if meta["ok"] and lib.exists() else None,
+        message=meta["message"],
+        log=meta["log"],
+        kernels=tuple(KernelResources(**k) for k in meta["kernels"]),
+        archs=tuple(meta["archs"]),
+        cached=cached,
+        seconds=seconds,
+        timed_out=bool(meta.get("timed_out")),
+    )
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+_CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
+
+
+def parse_ptxas(output: str, arch: str | None) -> tuple[KernelResources, ...]:
+    """Per-kernel resources from ``-Xptxas -v`` output, for one arch (the graded one)."""
+    found: dict[str, dict] = {}
+    current: str | None = None
+    for line in output.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            current = m.group(1) if (arch is None or m.group(2) == arch) else None
+            if current is not None:
+                found.setdefault(current, {"name": current})
+            continue
+        m = _PROPS.search(line)
+        if m:
+            # "Function properties for X" also appears for device functions: track the name
+            name = m.group(1)
+            current = name if name in found else current
+            continue
+        if current is None:
+            continue
+        m = _FRAME.search(line)
+        if m:
+            found[current].update(stack_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)), spill_load_bytes=int(m.group(3)))
+            continue
+        m = _USED.search(line)
+        if m:
+            found[current].update(registers=int(m.group(1)), barriers=int(m.group(2) or 0), smem_bytes=int(m.group(3) or 0))
+            for cm in _CMEM.finditer(line):
+                if cm.group(2) == "3":
+                    found[current]["cmem_bytes"] = int(cm.group(1))
+    return tuple(KernelResources(**{**v, "name": demangle(v["name"])}) for v in found.values())
+
+
+@functools.lru_cache(maxsize=None)
+def demangle(name: str) -> str:
+    """C++ kernel names as written in the source (``tiled(const float*, ...)``)."""
+    if not name.startswith("_Z"):
+        return name
+    cxxfilt = shutil.which("c++filt")
+    if cxxfilt is None:
+        return name
+    try:
+        out = subprocess.run([cxxfilt, name], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return name
+    return out or name
+
+
+_DIAG = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)\b(?P<rest>.*)$")
+
+
+def student_log(output: str, max_lines: int = 60) -> str:
+    """Compiler output with nvcc's ``file(12): error`` turned into ``file:12: error``, capped."""
+    lines = []
+    for line in clean(output).splitlines():
+        m = _DIAG.match(line)
+        if m:
+            line = f"{m['file']}:{m['line']}: {m['kind']}{m['rest']}"
+        lines.append(line)
+    return cap_lines("\n".join(lines), max_lines)
+
+
+def summarize_errors(output: str, display: str) -> str:
+    """One line naming the first error and where it is."""
+    log = student_log(output, max_lines=10_000)
+    errors = [l for l in log.splitlines() if re.search(r":\d+: (catastrophic )?error", l)]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"compile error: {errors[0].strip()}{more}"
+    undefined = re.search(r"undefined reference to `([^']+)'", log)
+    if undefined:
+        return (
+            f"link error: {display} does not define `{undefined.group(1)}` "
+            "(define the launcher with exactly the prototype in the lab's interface header)"
+        )
+    tail = [l for l in log.splitlines() if l.strip()]
+    return "compile failed: " + (tail[-1].strip() if tail else "nvcc exited with an error and printed nothing")

@@ -1,0 +1,140 @@
+"""Hardware counters with Nsight Compute (ncu): never used for timing, only for counts."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from . import toolchain
+from .runner import _limit_child, describe_exit, worker_env
+from .textutil import cap_lines, clean
+
+
+@dataclass(frozen=True)
+class CounterRun:
+    """Metric values summed over every kernel the launcher ran (or why there are none)."""
+
+    values: Mapping[str, float] = field(default_factory=dict)
+    kernels: tuple[str, ...] = ()
+    skipped: str = ""  # the check cannot run here: no ncu, no permission
+    error: str = ""  # the submission failed under the profiler
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+
+
+def parse_csv(text: str) -> tuple[dict[str, float], list[str]]:
+    """Sum each metric over kernels from ``ncu --csv --print-units base`` (long format)."""
+    lines = [l for l in text.splitlines() if l.startswith('"')]
+    header_at = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if header_at is None:
+        return {}, []
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines[header_at:]))))
+    totals: dict[str, float] = {}
+    kernels: dict[str, str] = {}
+    for row in rows:
+        name, value = row.get("Metric Name"), row.get("Metric Value", "")
+        if not name:
+            continue
+        kernels[row.get("ID", "")] = row.get("Kernel Name", "?")
+        try:
+            number = float(value.replace(",", ""))
+        except ValueError:
+            continue
+        totals[name] = totals.get(name, 0.0) + number
+    return totals, list(kernels.values())
+
+
+def _permission_problem(text: str) -> str:
+    if "ERR_NVGPUCTRPERM" in text:
+        return (
+            "GPU performance counters are restricted to administrators on this machine "
+            "(ERR_NVGPUCTRPERM; the driver option NVreg_RestrictProfilingToAdminUsers=0 lifts it)"
+        )
+    if "LibraryNotLoaded" in text or "Failed to initialize the profiler" in text:
+        return "Nsight Compute could not initialise its profiler on this machine"
+    return ""
+
+
+def profile(
+    library: Path,
+    task: dict,
+    metrics: tuple[str, ...],
+    scratch: Path,
+    time_limit_s: float,
+    cache_key: str | None = None,
+    cache_dir: Path | None = None,
+) -> CounterRun:
+    """Run one ``profile`` task of the worker under ncu and collect ``metrics``."""
+    started = time.monotonic()
+    cache_file = None
+    if cache_key and cache_dir:
+        digest = hashlib.sha256(cache_key.encode() + library.read_bytes()).hexdigest()[:32]
+        cache_file = cache_dir / "counters" / f"{digest}.json"
+        if cache_file.exists():
+            data = json.loads(cache_file.read_text())
+            return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
+    ncu = toolchain.find("ncu")
+    if ncu is None:
+        return CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
+    job = scratch / "profile_job.json"
+    result = scratch / "profile_result.json"
+    log = scratch / "ncu.log"
+    result.unlink(missing_ok=True)
+    job.write_text(json.dumps({**task, "kind": "case", "memcpy_only": True, "guard": 0}))
+    cmd = [
+        str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
+        "--clock-control", "none", "--log-file", str(log), "-f",
+        sys.executable, "-m", "grader.worker", "--job", str(job), "--result", str(result),
+    ]
+    out_path = scratch / "ncu.stdout"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=worker_env(), cwd=scratch,
+            start_new_session=True, preexec_fn=_limit_child,
+        )
+        try:
+            code = proc.wait(time_limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return CounterRun(
+                error=f"did not finish within {time_limit_s:g} s under the profiler and was killed",
+                seconds=time.monotonic() - started,
+            )
+    text = clean((log.read_text(errors="replace") if log.exists() else "") + "\n" + out_path.read_text(errors="replace"))
+    seconds = time.monotonic() - started
+    problem = _permission_problem(text)
+    if problem:
+        return CounterRun(skipped=problem, log=cap_lines(text, 20), seconds=seconds)
+    if not result.exists():
+        status, reason = describe_exit(code) if code != 0 else ("exited", "the profiled process ended early")
+        return CounterRun(error=reason, log=cap_lines(text, 30), seconds=seconds)
+    data = json.loads(result.read_text())
+    if data.get("status") != "ok":
+        return CounterRun(error=data.get("error", "failed"), log=cap_lines(text, 30), seconds=seconds)
+    values, kernels = parse_csv(text)
+    missing = [m for m in metrics if m not in values]
+    if not kernels:
+        return CounterRun(error="the launcher ran no kernel", log=cap_lines(text, 30), seconds=seconds)
+    if missing:
+        return CounterRun(
+            skipped=f"ncu did not report {', '.join(missing)} on this GPU", log=cap_lines(text, 30), seconds=seconds
+        )
+    run = CounterRun(values=values, kernels=tuple(kernels), log="", seconds=seconds)
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"values": values, "kernels": kernels}))
+        os.replace(tmp, cache_file)
+    return run

@@ -1,0 +1,39 @@
+"""Errors meant for users, and the short ids that stand in for internal ones."""
+
+from __future__ import annotations
+
+import traceback
+import uuid
+from pathlib import Path
+
+
+class GraderError(Exception):
+    """A problem with the user's input: the message names the file and what is wrong.
+
+    These are shown as they are, without a traceback.
+    """
+
+    def __init__(self, message: str, *, path: Path | str | None = None, key: str | None = None):
+        self.path = str(path) if path is not None else None
+        self.key = key
+        where = ""
+        if self.path:
+            where = f"{self.path}: "
+        if key:
+            where += f"{key}: "
+        super().__init__(f"{where}{message}")
+
+
+class SpecError(GraderError):
+    """A lab file (lab.yaml, expected verdicts) is malformed."""
+
+
+def internal_error_id(exc: BaseException, log_path: Path | None = None) -> str:
+    """Record an unexpected exception with its full trace and return a short id for users."""
+    short = uuid.uuid4().hex[:8]
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(f"--- internal error {short}\n")
+            fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    return short

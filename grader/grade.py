@@ -1,0 +1,449 @@
+"""Grading one submission for one lab: compile, inspect, run, check, time, count, score.
+
+``grade()`` is the engine's per-submission entry point: it never raises for problems in the
+submission (they become check results) and is safe to call many times in one process.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+import numpy as np
+
+from . import compile as nvcc
+from . import counters, expr, gpu, sass, toolchain
+from .check import compare
+from .labs import load_problem
+from .outcome import CheckResult, Outcome, Stage, partial_credit
+from .runner import TaskResult, WorkerSession
+from .spec import Case, CounterCheck, LabSpec
+from .timing import summarize
+
+DEFAULT_ARCHS = ("sm_90",)
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    archs: tuple[str, ...] | None = None  # default: the GPU's, else DEFAULT_ARCHS
+    cache_dir: Path | None = None
+    timing: bool = True
+    counters: bool = True
+    gpu: bool = True  # False: run only the checks that need no GPU
+    keep_work: Path | None = None  # keep worker files under this folder
+
+
+@dataclass(frozen=True)
+class LabReport:
+    lab: str
+    title: str
+    submission: str
+    checks: tuple[CheckResult, ...]
+    environment: Mapping[str, object] = field(default_factory=dict)
+    kernels: tuple[nvcc.KernelResources, ...] = ()
+    timings: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        return round(sum(c.points for c in self.checks), 2)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(c.max_points for c in self.checks), 2)
+
+    @property
+    def skipped_points(self) -> float:
+        return round(sum(c.max_points for c in self.checks if c.outcome is Outcome.SKIPPED), 2)
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - t0, 3)
+
+
+def planned_checks(spec: LabSpec) -> list[tuple[str, Stage, float]]:
+    """Every check a lab grades, in report order: (id, stage, points)."""
+    out = [("compile", Stage.COMPILE, 0.0)]
+    out += [(c.id, Stage.STATIC, c.points) for c in spec.static]
+    out += [(f"correctness[{c.label}]", Stage.CORRECTNESS, c.points) for c in spec.correctness.cases]
+    if spec.benchmark:
+        out += [(c.id, Stage.SPEED, c.points) for c in spec.benchmark.checks]
+    out += [(c.id, Stage.COUNTERS, c.points) for c in spec.counters]
+    return out
+
+
+def launcher_prototype(spec: LabSpec) -> str:
+    """The launcher's declaration as the lab's header writes it."""
+    for line in spec.files.header.read_text(encoding="utf-8").splitlines():
+        if f" {spec.launcher.name}(" in line and not line.lstrip().startswith("//"):
+            return line.strip()
+    return spec.launcher.name
+
+
+def _fill(spec: LabSpec, done: list[CheckResult], stages: set[Stage], outcome: Outcome, message: str) -> list[CheckResult]:
+    have = {c.id for c in done}
+    return [
+        CheckResult(cid, stage, outcome, 0.0, pts, message)
+        for cid, stage, pts in planned_checks(spec)
+        if stage in stages and cid not in have
+    ]
+
+
+def grade(
+    spec: LabSpec,
+    source: Path,
+    options: GradeOptions = GradeOptions(),
+    progress: Progress = _noop,
+    display_name: str | None = None,
+) -> LabReport:
+    clock = _Clock()
+    probe = gpu.probe() if options.gpu else gpu.GpuProbe(None, "GPU checks turned off (--no-gpu)")
+    archs = options.archs or ((probe.gpu.arch,) if probe.gpu else DEFAULT_ARCHS)
+    env: dict[str, object] = {
+        "nvcc": toolchain.nvcc_version(),
+        "archs": ",".join(archs),
+        "sandbox": "none (the submission ran without a sandbox)",
+    }
+    if probe.gpu:
+        env.update(gpu=probe.gpu.name, compute_capability="%d.%d" % probe.gpu.compute_capability, driver=probe.gpu.driver)
+        env.update({f"health.{k}": v for k, v in probe.health.items()})
+    else:
+        env["gpu"] = f"none: {probe.reason}"
+    name = display_name or source.name
+    checks: list[CheckResult] = []
+    timings: dict[str, Mapping[str, float]] = {}
+
+    progress(f"[{spec.id}] compiling {name} for {', '.join(archs)}")
+    with clock.stage("compile"):
+        build = nvcc.build(
+            source, spec.files.header, archs, flags=spec.compile.flags, cache_dir=options.cache_dir,
+            time_limit_s=spec.compile.time_limit_s, display_name=name,
+        )
+    env["build_cached"] = build.cached
+    if not build.ok:
+        message = build.message
+        if f'"{spec.launcher.name}"' in message or f"`{spec.launcher.name}`" in message:
+            message += f"; the launcher must be exactly: {launcher_prototype(spec)}"
+        checks.append(CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message, build.log, duration_s=build.seconds))
+        checks += _fill(spec, checks, set(Stage), Outcome.FAIL, "not graded: the file did not compile")
+        return LabReport(spec.id, spec.title, name, tuple(checks), env, (), {}, clock.seconds)
+    warn = "\n".join(l for l in build.log.splitlines() if "warning" in l.lower())
+    checks.append(CheckResult("compile", Stage.COMPILE, Outcome.PASS, 0, 0, build.message, warn, duration_s=build.seconds))
+    assert build.library is not None
+
+    with clock.stage("static"):
+        checks += _static_checks(spec, build.library)
+
+    if probe.gpu is None:
+        checks += _fill(spec, checks, {Stage.CORRECTNESS, Stage.SPEED, Stage.COUNTERS}, Outcome.SKIPPED, f"needs a GPU: {probe.reason}")
+        return LabReport(spec.id, spec.title, name, tuple(checks), env, build.kernels, {}, clock.seconds)
+
+    problem = load_problem(spec)
+    scratch = Path(tempfile.mkdtemp(prefix="grade-", dir=options.keep_work))
+    try:
+        # Counters are collected in the background once the first case passes: ncu's start-up then
+        # overlaps the other correctness cases. Request counts do not depend on what else runs;
+        # timing waits until the profiler is done.
+        pool = ThreadPoolExecutor(max_workers=1)
+        counters_future: Future | None = None
+
+        def collect_counters() -> tuple[list[CheckResult], float]:
+            t0 = time.monotonic()
+            out = [
+                _counter(spec, problem, check, build.library, archs, probe.gpu, options, scratch / f"ncu-{check.id}")
+                for check in spec.counters
+            ]
+            return out, time.monotonic() - t0
+
+        with WorkerSession(scratch) as worker:
+            with clock.stage("correctness"):
+                hung = False
+                for i, case in enumerate(spec.correctness.cases):
+                    if hung:  # a kernel that hangs once hangs again: do not wait out every limit
+                        checks.append(CheckResult(f"correctness[{case.label}]", Stage.CORRECTNESS, Outcome.ERROR, 0, case.points,
+                                                  "not run: an earlier case did not finish"))
+                        continue
+                    progress(f"[{spec.id}] correctness {i + 1}/{len(spec.correctness.cases)}: {case.label}")
+                    checks.append(_correctness(spec, problem, case, build.library, worker, scratch / f"case{i}"))
+                    hung = checks[-1].measured.get("status") == "timeout"
+                    if counters_future is None and spec.counters and options.counters and checks[-1].outcome is Outcome.PASS:
+                        progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
+                        counters_future = pool.submit(collect_counters)
+            passed = all(c.outcome is Outcome.PASS for c in checks if c.stage is Stage.CORRECTNESS)
+            counter_checks: list[CheckResult] = []
+            if counters_future is not None:
+                with clock.stage("waiting_for_counters"):
+                    counter_checks, clock.seconds["counters"] = counters_future.result()
+            pool.shutdown()
+            gate = "not graded: correctness checks failed (fix those first)"
+            if spec.benchmark and spec.benchmark.checks:
+                if not passed:
+                    checks += _fill(spec, checks, {Stage.SPEED}, Outcome.FAIL, gate)
+                elif not options.timing:
+                    checks += _fill(spec, checks, {Stage.SPEED}, Outcome.SKIPPED, "timing turned off (--no-timing)")
+                else:
+                    progress(f"[{spec.id}] timing against {', '.join(sorted({c.baseline for c in spec.benchmark.checks}))}")
+                    with clock.stage("timing"):
+                        speed, timings = _speed(spec, problem, build.library, archs, options, worker, scratch / "timing")
+                    checks += speed
+                    env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
+        if spec.counters:
+            if not passed:
+                checks += _fill(spec, checks, {Stage.COUNTERS}, Outcome.FAIL, gate)
+            elif not options.counters:
+                checks += _fill(spec, checks, {Stage.COUNTERS}, Outcome.SKIPPED, "hardware counters turned off (--no-counters)")
+            else:
+                checks += counter_checks
+    finally:
+        if options.keep_work is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return LabReport(spec.id, spec.title, name, tuple(checks), env, build.kernels, timings, clock.seconds)
+
+
+# ------------------------------------------------------------------ static
+
+
+def _static_checks(spec: LabSpec, library: Path) -> list[CheckResult]:
+    if not spec.static:
+        return []
+    try:
+        facts = sass.inspect(library)
+    except sass.SassUnavailable as exc:
+        return [CheckResult(c.id, Stage.STATIC, Outcome.SKIPPED, 0, c.points, str(exc)) for c in spec.static]
+    out = []
+    for c in spec.static:
+        ok, evidence = sass.requirement_met(facts, c.require)
+        message = evidence if ok else f"{evidence}. {c.hint}".strip()
+        out.append(
+            CheckResult(c.id, Stage.STATIC, Outcome.PASS if ok else Outcome.FAIL, c.points if ok else 0, c.points, message)
+        )
+    return out
+
+
+# ------------------------------------------------------------------ correctness
+
+
+def _launcher_dict(spec: LabSpec) -> dict:
+    return {
+        "name": spec.launcher.name,
+        "args": [
+            {"name": a.name, "role": a.role, "dtype": a.dtype, "shape": list(a.shape), "init": a.init,
+             "ctype": a.ctype, "value": a.value, "host": a.host}
+            for a in spec.launcher.args
+        ],
+    }
+
+
+def _write_inputs(spec: LabSpec, problem, params: Mapping[str, int], seed: int, folder: Path) -> tuple[dict, dict]:
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = problem.generate(dict(params), seed, np)
+    paths = {}
+    for arg in spec.launcher.args:
+        if arg.role == "input":
+            path = folder / f"{arg.name}.npy"
+            np.save(path, inputs[arg.name])
+            paths[arg.name] = str(path)
+    return inputs, paths
+
+
+CUDA_ERROR_HINTS = (
+    (("InvalidConfiguration", "InvalidValue", "LaunchOutOfResources"),
+     "check the launch configuration: at most 1024 threads per block, every grid dimension at least 1, "
+     "shared memory within the device's limit"),
+    (("IllegalAddress", "MisalignedAddress"), "a kernel read or wrote outside its buffers: check the index arithmetic and bounds"),
+)
+
+
+def _failure_from_task(result: TaskResult, cid: str, stage: Stage, points: float) -> CheckResult:
+    """A non-ok worker result as a check: errors for crashes, hangs and CUDA errors."""
+    if result.status == "cuda_error":
+        msg = f"CUDA error: {result.reason}"
+        for names, hint in CUDA_ERROR_HINTS:
+            if any(n in result.reason for n in names):
+                msg += f" ({hint})"
+                break
+    elif result.status == "worker_error":
+        msg = "internal grader error while running your code (see the log)"
+    else:
+        msg = result.reason
+    details = result.reason if result.status == "worker_error" else ""
+    if result.log_tail:
+        details = (details + "\n" if details else "") + "output of your program:\n" + result.log_tail
+    return CheckResult(cid, stage, Outcome.ERROR, 0, points, msg, details, {"status": result.status}, result.seconds)
+
+
+def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: WorkerSession, folder: Path) -> CheckResult:
+    cid = f"correctness[{case.label}]"
+    inputs, paths = _write_inputs(spec, problem, case.params, case.seed, folder)
+    expected = problem.expected(inputs, dict(case.params))
+    task = {
+        "kind": "case", "id": cid, "lib": str(library), "launcher": _launcher_dict(spec),
+        "params": dict(case.params), "inputs": paths, "out_dir": str(folder),
+        "guard": spec.correctness.guard_elements,
+    }
+    result = worker.run(task, spec.correctness.time_limit_s)
+    if result.status != "ok":
+        return _failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
+    problems, details = [], []
+    for name, (before, after) in result.data.get("guard_violations", {}).items():
+        problems.append(f"wrote outside {name}: {before} bytes changed before it, {after} after it")
+    for name in result.data.get("inputs_modified", []):
+        problems.append(f"modified its input {name} (inputs must be left unchanged)")
+    max_err = 0.0
+    for name, want in expected.items():
+        got = np.load(result.data["outputs"][name])
+        cmp = compare(name, got, want, spec.tolerance, case.params, spec.correctness.max_mismatches_shown)
+        max_err = max(max_err, cmp.max_abs_error)
+        if not cmp.ok:
+            problems.append(cmp.summary)
+            details.append(cmp.details())
+    measured = {"max_abs_error": max_err, "seconds": round(result.seconds, 6)}
+    if problems:
+        return CheckResult(cid, Stage.CORRECTNESS, Outcome.FAIL, 0, case.points, "; ".join(problems), "\n".join(details), measured, result.seconds)
+    return CheckResult(
+        cid, Stage.CORRECTNESS, Outcome.PASS, case.points, case.points,
+        f"correct (largest error {max_err:.2g})", "", measured, result.seconds,
+    )
+
+
+# ------------------------------------------------------------------ speed
+
+
+def _baseline_library(spec: LabSpec, name: str, archs, options: GradeOptions) -> Path:
+    build = nvcc.build(
+        spec.baseline_source(name), spec.files.header, archs, flags=spec.compile.flags,
+        cache_dir=options.cache_dir, time_limit_s=spec.compile.time_limit_s,
+    )
+    if not build.ok or build.library is None:
+        raise RuntimeError(f"baseline {name!r} of lab {spec.id} does not compile: {build.message}")
+    return build.library
+
+
+def _speed(spec, problem, library, archs, options, worker, folder) -> tuple[list[CheckResult], dict]:
+    bench = spec.benchmark
+    folder.mkdir(parents=True, exist_ok=True)
+    baselines = sorted({c.baseline for c in bench.checks})
+    libs = {b: str(_baseline_library(spec, b, archs, options)) for b in baselines}
+    libs["student"] = str(library)  # last: the buffers end holding its output
+    task = {
+        "kind": "timing", "id": "timing", "libs": libs, "launcher": _launcher_dict(spec),
+        "params": dict(bench.params), "problem": str(spec.files.problem), "seed": bench.seed,
+        "timing": bench.timing.__dict__, "out_dir": str(folder),
+    }
+    result = worker.run(task, bench.time_limit_s)
+    if result.status != "ok":
+        failure = _failure_from_task(result, "timing", Stage.SPEED, 0)
+        return [CheckResult(c.id, Stage.SPEED, Outcome.ERROR, 0, c.points, f"while timing: {failure.message}", failure.details) for c in bench.checks], {}
+    data = result.data
+    stats = {n: summarize(data["samples_ms"][n], data["wall_ms"][n]) for n in libs}
+    device = data.get("device", {})
+    flops = float(expr.evaluate(bench.flops, bench.params))
+    nbytes = float(expr.evaluate(bench.bytes, bench.params))
+    timings: dict = {"_device": device}
+    for n, st in stats.items():
+        row = dict(st.as_dict())
+        secs = st.median_ms / 1e3
+        if flops:
+            row["gflops"] = round(flops / secs / 1e9, 1)
+            if device.get("peak_fp32_gflops"):
+                row["pct_fp32_peak"] = round(100 * row["gflops"] / device["peak_fp32_gflops"], 1)
+        if nbytes:
+            row["gbps"] = round(nbytes / secs / 1e9, 1)
+            if device.get("peak_dram_gbps"):
+                row["pct_dram_peak"] = round(100 * row["gbps"] / device["peak_dram_gbps"], 1)
+        row["noisy"] = n in data.get("noisy", [])
+        timings[n] = row
+
+    # the output of the last timed call must be right: result caching or skipped work cannot pay
+    inputs = {k: np.load(v) for k, v in data["check_inputs"].items()}
+    want = problem.expected(inputs, dict(bench.params))
+    wrong = []
+    for name, exp in want.items():
+        cmp = compare(name, np.load(data["check_outputs"][name]), exp, spec.tolerance, bench.params)
+        if not cmp.ok:
+            wrong.append(cmp)
+    if wrong:
+        msg = "the output of a timed call was wrong: " + wrong[0].summary
+        return [CheckResult(c.id, Stage.SPEED, Outcome.FAIL, 0, c.points, msg, wrong[0].details()) for c in bench.checks], timings
+
+    floor_gbps = device.get("peak_dram_gbps") or 0
+    student = stats["student"]
+    if nbytes and floor_gbps and student.median_ms / 1e3 < nbytes / (floor_gbps * 1e9):
+        floor_ms = nbytes / (floor_gbps * 1e9) * 1e3
+        msg = (
+            f"impossible time: {student.median_ms:.4f} ms is below the memory floor of {floor_ms:.4f} ms "
+            f"({nbytes / 1e6:.1f} MB at the device's peak {floor_gbps:.0f} GB/s); the work was not measured"
+        )
+        return [CheckResult(c.id, Stage.SPEED, Outcome.ERROR, 0, c.points, msg) for c in bench.checks], timings
+
+    out = []
+    for c in bench.checks:
+        base = stats[c.baseline]
+        ratio = base.median_ms / student.median_ms
+        pts = partial_credit(ratio, c.zero, c.full, c.points)
+        msg = (
+            f"{ratio:.2f}x the speed of the {c.baseline} kernel (full marks at >= {c.full:g}x, none at <= {c.zero:g}x): "
+            f"yours {student.median_ms:.3f} ms, {c.baseline} {base.median_ms:.3f} ms (medians of {student.n} and {base.n})"
+        )
+        if pts < c.points and c.hint:
+            msg += f". {c.hint}"
+        measured = {"ratio": round(ratio, 4), "student_ms": round(student.median_ms, 6), f"{c.baseline}_ms": round(base.median_ms, 6),
+                    "student_cv_pct": round(student.cv * 100, 3)}
+        out.append(CheckResult(c.id, Stage.SPEED, Outcome.PASS if pts >= c.points else Outcome.FAIL, pts, c.points, msg, "", measured))
+    return out, timings
+
+
+# ------------------------------------------------------------------ counters
+
+
+def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, options, folder) -> CheckResult:
+    folder.mkdir(parents=True, exist_ok=True)
+    _, paths = _write_inputs(spec, problem, check.params, check.seed, folder)
+    task = {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths, "out_dir": str(folder)}
+    mine = counters.profile(library, {**task, "lib": str(library)}, (check.metric,), folder, check.time_limit_s)
+    if mine.skipped:
+        return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
+    if mine.error:
+        return CheckResult(check.id, Stage.COUNTERS, Outcome.ERROR, 0, check.points, f"under the profiler: {mine.error}", mine.log)
+    base_lib = _baseline_library(spec, check.baseline, archs, options)
+    key = f"{gpu_info.name}|{gpu_info.driver}|{check.metric}|{sorted(check.params.items())}|{check.seed}"
+    base = counters.profile(
+        base_lib, {**task, "lib": str(base_lib)}, (check.metric,), folder, check.time_limit_s,
+        cache_key=key, cache_dir=options.cache_dir or nvcc.default_cache_dir(),
+    )
+    if base.skipped or base.error:
+        return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points,
+                           f"the {check.baseline} kernel could not be profiled: {base.skipped or base.error}", base.log)
+    v_student, v_base = mine.values[check.metric], base.values[check.metric]
+    ratio = v_base / v_student if v_student > 0 else math.inf
+    pts = partial_credit(ratio, check.zero, check.full, check.points)
+    msg = (
+        f"{check.what}: {v_student:,.0f} against {v_base:,.0f} for the {check.baseline} kernel, "
+        f"{ratio:.1f}x fewer (full marks at >= {check.full:g}x, none at <= {check.zero:g}x)"
+    )
+    if pts < check.points and check.hint:
+        msg += f". {check.hint}"
+    measured = {"student": v_student, check.baseline: v_base, "ratio": round(ratio, 3) if math.isfinite(ratio) else "inf",
+                "kernels": ", ".join(mine.kernels), "profile_seconds": round(mine.seconds, 2)}
+    return CheckResult(check.id, Stage.COUNTERS, Outcome.PASS if pts >= check.points else Outcome.FAIL, pts, check.points, msg, "", measured, mine.seconds)

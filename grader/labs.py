@@ -1,0 +1,57 @@
+"""Where labs live and how a lab's problem module (generator and oracle) is loaded."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+
+from .errors import GraderError
+from .spec import LabSpec, load_lab
+
+#: The project checkout (labs/, reference/, student_template/ live here).
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def labs_dir() -> Path:
+    return Path(os.environ.get("GRADER_LABS_DIR", PROJECT_ROOT / "labs"))
+
+
+def lab_ids() -> list[str]:
+    root = labs_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "lab.yaml").is_file())
+
+
+def find_lab(lab_id: str) -> LabSpec:
+    """Load a lab by id (or by the path of its folder or lab.yaml)."""
+    candidate = Path(lab_id)
+    if candidate.suffix in (".yaml", ".yml") or candidate.is_dir():
+        return load_lab(candidate)
+    known = lab_ids()
+    if lab_id not in known:
+        near = difflib.get_close_matches(lab_id, known, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise GraderError(f"unknown lab {lab_id!r} (known labs: {', '.join(known) or 'none'}){hint}")
+    return load_lab(labs_dir() / lab_id / "lab.yaml")
+
+
+def load_problem(spec: LabSpec) -> ModuleType:
+    """The lab's problem module: ``generate(params, seed, xp)`` and ``expected(inputs, params)``."""
+    return load_problem_file(spec.files.problem)
+
+
+def load_problem_file(path: Path) -> ModuleType:
+    name = f"grader_lab_problem_{abs(hash(str(path)))}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise GraderError("cannot load the lab's problem module", path=path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    for attr in ("generate", "expected"):
+        if not callable(getattr(module, attr, None)):
+            raise GraderError(f"the problem module must define {attr}()", path=path)
+    return module

@@ -1,0 +1,57 @@
+"""The closed set of outcomes and the typed result of one check."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+class Outcome(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"  # the submission ran and missed: wrong answer, threshold missed
+    ERROR = "error"  # compile error, crash, timeout, launch error
+    SKIPPED = "skipped"  # the check could not run here (no GPU, no counter permission)
+
+    @property
+    def symbol(self) -> str:
+        return {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "skipped": "SKIP"}[self.value]
+
+
+class Stage(str, enum.Enum):
+    COMPILE = "compile"
+    STATIC = "static"
+    CORRECTNESS = "correctness"
+    SPEED = "speed"
+    COUNTERS = "counters"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One graded check, as every report renders it."""
+
+    id: str
+    stage: Stage
+    outcome: Outcome
+    points: float
+    max_points: float
+    message: str
+    details: str = ""
+    measured: Mapping[str, object] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    @property
+    def title(self) -> str:
+        return f"{self.id} {fmt_points(self.points)}/{fmt_points(self.max_points)} pts"
+
+
+def fmt_points(x: float) -> str:
+    return f"{x:g}" if abs(x - round(x, 2)) < 1e-9 else f"{x:.2f}"
+
+
+def partial_credit(value: float, zero: float, full: float, points: float) -> float:
+    """Linear credit: none at or below ``zero``, all at or above ``full``."""
+    if full == zero:
+        return points if value >= full else 0.0
+    frac = (value - zero) / (full - zero)
+    return round(points * min(1.0, max(0.0, frac)), 2)

@@ -1,0 +1,1 @@
+"""Rendering lab reports: JUnit XML, Markdown, JSON and the terminal summary."""

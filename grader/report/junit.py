@@ -1,0 +1,60 @@
+"""JUnit XML: one testsuite per lab, one testcase per check; outcomes map here and nowhere else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
+
+from ..grade import LabReport
+from ..outcome import CheckResult, Outcome, fmt_points
+from ..textutil import cap_lines, clean
+
+MAX_DETAIL_LINES = 60
+
+
+def _result(check: CheckResult):
+    """The one place where outcomes become JUnit elements."""
+    message = clean(check.message)
+    if check.outcome is Outcome.FAIL:
+        return Failure(message, "failure")
+    if check.outcome is Outcome.ERROR:
+        return Error(message, "error")
+    if check.outcome is Outcome.SKIPPED:
+        return Skipped(message)
+    return None
+
+
+def suite(report: LabReport) -> TestSuite:
+    s = TestSuite(report.lab)
+    s.add_property("score", fmt_points(report.score))
+    s.add_property("max_score", fmt_points(report.max_score))
+    s.add_property("skipped_points", fmt_points(report.skipped_points))
+    s.add_property("submission", clean(report.submission))
+    for key, value in report.environment.items():
+        s.add_property(key, clean(str(value)))
+    for lib, row in report.timings.items():
+        for key, value in row.items():
+            s.add_property(f"timing.{lib}.{key}", str(value))
+    for check in report.checks:
+        case = TestCase(check.title, f"{report.lab}.{check.stage.value}", round(check.duration_s, 3))
+        result = _result(check)
+        if result is not None:
+            if check.details:
+                result.text = cap_lines(clean(check.details), MAX_DETAIL_LINES)
+            case.result = [result]
+        elif check.details:
+            case.system_out = cap_lines(clean(check.details), MAX_DETAIL_LINES)
+        s.add_testcase(case)
+    s.update_statistics()
+    return s
+
+
+def write(reports: Iterable[LabReport], path: Path) -> None:
+    xml = JUnitXml("cuda-lab-grader")
+    for r in reports:
+        xml.add_testsuite(suite(r))
+    xml.update_statistics()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    xml.write(str(path), pretty=True)

@@ -1,0 +1,90 @@
+"""Human-readable renderings: the terminal summary and the Markdown job summary."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Iterable
+
+from ..grade import LabReport
+from ..outcome import Outcome, fmt_points
+from ..textutil import cap_lines, clean
+
+_COLORS = {Outcome.PASS: "32", Outcome.FAIL: "31", Outcome.ERROR: "31;1", Outcome.SKIPPED: "33"}
+MARKDOWN_LIMIT = 1 << 20  # GitHub's job summary limit
+
+
+def _use_color(stream) -> bool:
+    return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def score_line(r: LabReport) -> str:
+    line = f"score {fmt_points(r.score)}/{fmt_points(r.max_score)}"
+    if r.skipped_points:
+        line += f" ({fmt_points(r.skipped_points)} points not checked here)"
+    return line
+
+
+def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -> str:
+    stream = stream or sys.stdout
+    color = _use_color(stream)
+    out: list[str] = []
+    for r in reports:
+        out.append(f"== {r.lab}: {r.title} -- {r.submission}")
+        for c in r.checks:
+            tag = f"{c.outcome.symbol:<5}"
+            if color:
+                tag = f"\x1b[{_COLORS[c.outcome]}m{tag}\x1b[0m"
+            pts = f"{fmt_points(c.points):>5}/{fmt_points(c.max_points):<3}" if c.max_points else " " * 9
+            out.append(f"  {tag} {pts} {c.id}: {clean(c.message)}")
+            if c.details and (verbose or c.outcome in (Outcome.FAIL, Outcome.ERROR)):
+                for line in cap_lines(clean(c.details), 15 if not verbose else 200).splitlines():
+                    out.append(f"                  {line}")
+        if r.kernels:
+            out.append("  kernels (ptxas): " + "; ".join(
+                f"{k.name}: {k.registers} regs, {k.smem_bytes} B smem, {k.stack_bytes} B stack, "
+                f"{k.spill_store_bytes + k.spill_load_bytes} B spills" for k in r.kernels))
+        for lib, row in r.timings.items():
+            extra = f", {row['gflops']} GFLOP/s ({row.get('pct_fp32_peak', '?')}% of FP32 peak)" if "gflops" in row else ""
+            out.append(f"  time {lib}: median {row['median_ms']:.4f} ms, min {row['min_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}{extra}")
+        skipped = [c for c in r.checks if c.outcome is Outcome.SKIPPED]
+        if skipped:
+            reasons = sorted({c.message for c in skipped})
+            out.append(f"  skipped {len(skipped)} checks: " + "; ".join(reasons))
+        if str(r.environment.get("sandbox", "")).startswith("none"):
+            out.append("  note: not sandboxed")
+        out.append(f"  {score_line(r)}")
+    return "\n".join(out) + "\n"
+
+
+def _cell(text: str) -> str:
+    return clean(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(reports: list[LabReport]) -> str:
+    total = sum(r.score for r in reports)
+    total_max = sum(r.max_score for r in reports)
+    lines = [f"# CUDA lab grade: {fmt_points(total)}/{fmt_points(total_max)}", ""]
+    icon = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.ERROR: "💥", Outcome.SKIPPED: "⏭️"}
+    for r in reports:
+        lines += [f"## {r.lab}: {r.title}", "", f"`{_cell(r.submission)}`: **{score_line(r)}**", ""]
+        lines += ["| | Check | Points | Result |", "|---|---|---|---|"]
+        for c in r.checks:
+            lines.append(f"| {icon[c.outcome]} | `{c.id}` | {fmt_points(c.points)}/{fmt_points(c.max_points)} | {_cell(c.message)} |")
+        details = [c for c in r.checks if c.details and c.outcome in (Outcome.FAIL, Outcome.ERROR)]
+        for c in details:
+            lines += ["", f"<details><summary>{_cell(c.id)}</summary>", "", "```", cap_lines(clean(c.details), 40), "```", "</details>"]
+        if r.timings:
+            lines += ["", "| Kernel | Median ms | Min ms | CV % | n | GFLOP/s | % FP32 peak |", "|---|---|---|---|---|---|---|"]
+            for lib, row in r.timings.items():
+                lines.append(f"| {lib} | {row['median_ms']:.4f} | {row['min_ms']:.4f} | {row['cv_pct']} | {row['n']} | {row.get('gflops', '')} | {row.get('pct_fp32_peak', '')} |")
+        if r.kernels:
+            lines += ["", "| Kernel | Registers | Shared B | Stack B | Spill B |", "|---|---|---|---|---|"]
+            for k in r.kernels:
+                lines.append(f"| `{_cell(k.name)}` | {k.registers} | {k.smem_bytes} | {k.stack_bytes} | {k.spill_store_bytes + k.spill_load_bytes} |")
+        env = ", ".join(f"{k}: {v}" for k, v in r.environment.items() if not k.startswith(("health.", "device.")))
+        lines += ["", f"<sub>{_cell(env)}</sub>", ""]
+    text = "\n".join(lines)
+    if len(text.encode()) > MARKDOWN_LIMIT:
+        text = text.encode()[: MARKDOWN_LIMIT - 100].decode(errors="ignore") + "\n\n[report truncated]\n"
+    return text

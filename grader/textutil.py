@@ -1,0 +1,25 @@
+"""Making tool output safe and short enough for reports (XML, Markdown, terminals)."""
+
+from __future__ import annotations
+
+import re
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# XML 1.0 allows tab, LF, CR and everything from 0x20 except surrogates and U+FFFE/U+FFFF.
+_ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def clean(text: str) -> str:
+    """Strip ANSI escapes and characters that XML cannot hold."""
+    return _ILLEGAL_XML.sub("", _ANSI.sub("", text.replace("\r\n", "\n")))
+
+
+def cap_lines(text: str, max_lines: int, max_chars: int = 8000) -> str:
+    lines = text.splitlines()
+    if len(lines) > max_lines:
+        omitted = len(lines) - max_lines
+        lines = lines[:max_lines] + [f"[... {omitted} lines omitted]"]
+    out = "\n".join(lines)
+    if len(out) > max_chars:
+        out = out[:max_chars] + f"\n[... {len(text) - max_chars} characters omitted]"
+    return out

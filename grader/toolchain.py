@@ -1,0 +1,64 @@
+"""Finding the CUDA tools: nvcc, cuobjdump (with nvdisasm) and ncu."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _candidates(name: str) -> list[Path]:
+    dirs: list[Path] = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            dirs.append(Path(os.environ[var]) / "bin")
+    dirs += [Path("/usr/local/cuda/bin")]
+    # pip wheels such as nvidia-cuda-cuobjdump install their binaries under nvidia/cu*/bin
+    for entry in sys.path:
+        dirs += [Path(p) for p in glob.glob(os.path.join(entry, "nvidia", "cu*", "bin"))]
+    if name == "ncu":
+        dirs += [Path(p) for p in sorted(glob.glob("/opt/nvidia/nsight-compute/*"), reverse=True)]
+        dirs += [Path(p) for p in sorted(glob.glob("/usr/local/cuda/nsight-compute*"), reverse=True)]
+    return [d / name for d in dirs]
+
+
+@functools.lru_cache(maxsize=None)
+def find(name: str) -> Path | None:
+    """Path of a CUDA tool, or None. ``GRADER_<NAME>`` overrides (e.g. GRADER_NCU=/path/ncu)."""
+    override = os.environ.get(f"GRADER_{name.upper()}")
+    if override:
+        return Path(override) if Path(override).exists() else None
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    for cand in _candidates(name):
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def tool_env() -> dict[str, str]:
+    """Environment for cuobjdump: it needs nvdisasm on PATH for SASS."""
+    env = dict(os.environ)
+    nvdisasm = find("nvdisasm")
+    if nvdisasm is not None:
+        env["PATH"] = f"{nvdisasm.parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_version() -> str:
+    nvcc = find("nvcc")
+    if nvcc is None:
+        return "none"
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    m = re.search(r"release ([\d.]+), V([\d.]+)", out)
+    return m.group(2) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
