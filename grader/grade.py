@@ -7,6 +7,7 @@ submission (they become check results) and is safe to call many times in one pro
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -27,7 +28,7 @@ from .runner import TaskResult, WorkerSession
 from .spec import Case, CounterCheck, LabSpec
 from .timing import summarize
 
-DEFAULT_ARCHS = ("sm_90",)
+DEFAULT_ARCHS = tuple(a.strip() for a in os.environ.get("GRADER_ARCHS", "sm_90").split(",") if a.strip())
 Progress = Callable[[str], None]
 
 

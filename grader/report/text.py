@@ -46,7 +46,8 @@ def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -
                 f"{k.spill_store_bytes + k.spill_load_bytes} B spills" for k in r.kernels))
         for lib, row in r.timings.items():
             extra = f", {row['gflops']} GFLOP/s ({row.get('pct_fp32_peak', '?')}% of FP32 peak)" if "gflops" in row else ""
-            out.append(f"  time {lib}: median {row['median_ms']:.4f} ms, min {row['min_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}{extra}")
+            noisy = " [noisy: CV above the limit after a re-measure]" if row.get("noisy") else ""
+            out.append(f"  time {lib}: median {row['median_ms']:.4f} ms, min {row['min_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}{extra}{noisy}")
         skipped = [c for c in r.checks if c.outcome is Outcome.SKIPPED]
         if skipped:
             reasons = sorted({c.message for c in skipped})
