@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -74,8 +75,13 @@ def build(
     cache_dir: Path | None = None,
     time_limit_s: float = 120.0,
     display_name: str | None = None,
+    exports: tuple[str, ...] = (),
 ) -> BuildResult:
-    """Compile ``source`` with ``header`` force-included into a shared object."""
+    """Compile ``source`` with ``header`` force-included into a shared object.
+
+    ``exports`` are symbols the object must define (the launcher): a file without them is a
+    link error that names the missing function, not a failure at run time.
+    """
     started = time.monotonic()
     nvcc = toolchain.find("nvcc")
     if nvcc is None:
@@ -97,6 +103,7 @@ def build(
         "-lineinfo",
         "-Xlinker",
         "--no-undefined",
+        *(f for name in exports for f in ("-Xlinker", f"--require-defined={name}")),
     ]
     key = hashlib.sha256()
     for part in (
@@ -143,15 +150,17 @@ def build(
             str(SUPPORT_SOURCE),
         ]
         timed_out = False
+        proc = subprocess.Popen(
+            cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            start_new_session=True,
+        )
         try:
-            proc = subprocess.run(
-                cmd, cwd=work, capture_output=True, text=True, errors="replace",
-                timeout=time_limit_s, start_new_session=True,
-            )
-            output, rc = proc.stdout + proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as exc:
+            output, _ = proc.communicate(timeout=time_limit_s)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # nvcc's children (cudafe++, cicc, ptxas) too
+            output, _ = proc.communicate()
             timed_out, rc = True, -1
-            output = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         output = output.replace(str(work) + "/", "").replace(str(SUPPORT_SOURCE), "grader-support.cu")
         ok = rc == 0 and (work / "lib.so").exists()
         kernels = parse_ptxas(output, archs[0] if archs else None) if ok else ()
@@ -169,9 +178,10 @@ def build(
             "archs": list(archs),
             "timed_out": timed_out,
         }
-        (work / "build.json").write_text(json.dumps(meta, indent=1))
         if timed_out:  # do not cache a timeout: the machine may just have been busy
+            shutil.rmtree(work, ignore_errors=True)
             return _result_from_meta(work, meta, cached=False, seconds=time.monotonic() - started)
+        (work / "build.json").write_text(json.dumps(meta, indent=1))
         try:
             os.rename(work, final)  # publish atomically
         except OSError:  # someone else published the same build first
@@ -224,18 +234,19 @@ def parse_ptxas(output: str, arch: str | None) -> tuple[KernelResources, ...]:
     """Per-kernel resources from ``-Xptxas -v`` output, for one arch (the graded one)."""
     found: dict[str, dict] = {}
     current: str | None = None
+    entry: str | None = None  # the entry function being compiled for the graded arch
     for line in output.splitlines():
         m = _ENTRY.search(line)
         if m:
             current = m.group(1) if (arch is None or m.group(2) == arch) else None
+            entry = current
             if current is not None:
                 found.setdefault(current, {"name": current})
             continue
         m = _PROPS.search(line)
         if m:
-            # "Function properties for X" also appears for device functions: track the name
-            name = m.group(1)
-            current = name if name in found else current
+            # a device function's block is not the kernel's; the kernel's own block may follow it
+            current = m.group(1) if m.group(1) == entry else None
             continue
         if current is None:
             continue
@@ -288,7 +299,9 @@ def summarize_errors(output: str, display: str) -> str:
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return f"compile error: {errors[0].strip()}{more}"
-    undefined = re.search(r"undefined reference to `([^']+)'", log)
+    undefined = re.search(r"undefined reference to `([^']+)'", log) or re.search(
+        r"required symbol `([^']+)' not defined", log
+    )
     if undefined:
         return (
             f"link error: {display} does not define `{undefined.group(1)}` "

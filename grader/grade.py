@@ -139,7 +139,7 @@ def grade(
     with clock.stage("compile"):
         build = nvcc.build(
             source, spec.files.header, archs, flags=spec.compile.flags, cache_dir=options.cache_dir,
-            time_limit_s=spec.compile.time_limit_s, display_name=name,
+            time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,), display_name=name,
         )
     env["build_cached"] = build.cached
     if not build.ok:
@@ -334,7 +334,7 @@ def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: Work
 def _baseline_library(spec: LabSpec, name: str, archs, options: GradeOptions) -> Path:
     build = nvcc.build(
         spec.baseline_source(name), spec.files.header, archs, flags=spec.compile.flags,
-        cache_dir=options.cache_dir, time_limit_s=spec.compile.time_limit_s,
+        cache_dir=options.cache_dir, time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,),
     )
     if not build.ok or build.library is None:
         raise RuntimeError(f"baseline {name!r} of lab {spec.id} does not compile: {build.message}")

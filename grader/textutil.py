@@ -21,5 +21,5 @@ def cap_lines(text: str, max_lines: int, max_chars: int = 8000) -> str:
         lines = lines[:max_lines] + [f"[... {omitted} lines omitted]"]
     out = "\n".join(lines)
     if len(out) > max_chars:
-        out = out[:max_chars] + f"\n[... {len(text) - max_chars} characters omitted]"
+        out = out[:max_chars] + f"\n[... {len(out) - max_chars} characters omitted]"
     return out

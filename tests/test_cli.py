@@ -1,0 +1,225 @@
+"""The command line in a subprocess, as CI runs it, without a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml, Skipped
+
+ROOT = Path(__file__).resolve().parent.parent
+WRONG_PROTOTYPE = "labs/tiled_matmul/solutions/wrong/wrong_prototype.cu"
+NO_GPU_REASON = "needs a GPU: GPU checks disabled by GRADER_NO_GPU"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> dict[str, str]:
+    """One build cache for the module, so the reference is compiled once across invocations."""
+    e = dict(os.environ)
+    for var in ("GRADER_ARCHS", "GRADER_LABS_DIR", "GITHUB_STEP_SUMMARY", "CUDA_VISIBLE_DEVICES"):
+        e.pop(var, None)
+    e["GRADER_CACHE_DIR"] = str(tmp_path_factory.mktemp("cli-cache"))
+    e["GRADER_LOG"] = str(tmp_path_factory.mktemp("cli-log") / "internal-errors.log")
+    e["GRADER_NO_GPU"] = "1"
+    return e
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_labs_lists_tiled_matmul(env):
+    proc = cli(env, "labs")
+    assert proc.returncode == 0, proc.stderr
+    assert "tiled_matmul" in proc.stdout
+    assert "Tiled matrix multiplication (20 points)" in proc.stdout
+
+
+# ------------------------------------------------------------------ grading the reference
+
+
+@pytest.fixture(scope="module")
+def graded(env, tmp_path_factory):
+    out = tmp_path_factory.mktemp("reports")
+    return cli(env, "grade", "tiled_matmul", "--out", str(out)), out
+
+
+def test_grade_reference_without_gpu(graded):
+    proc, _ = graded
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "== tiled_matmul: Tiled matrix multiplication -- reference/tiled_matmul/reference.cu" in out
+    assert "compile: compiled for sm_90" in out
+    (static,) = [line for line in out.splitlines() if "shared_memory_tiles:" in line]
+    assert static.split()[:2] == ["PASS", "2/2"]
+    assert "shared-memory instructions (LDS/STS) in the SASS" in static
+    skip_lines = [line for line in out.splitlines() if line.lstrip().startswith("SKIP")]
+    assert len(skip_lines) == 8
+    assert all(NO_GPU_REASON in line for line in skip_lines)
+    assert any("correctness[width=1024]" in line for line in skip_lines)
+    assert f"skipped 8 checks: {NO_GPU_REASON}" in out
+    assert "score 2/20 (18 points not checked here)" in out
+    assert "[tiled_matmul] compiling reference/tiled_matmul/reference.cu for sm_90" in proc.stderr
+
+
+def test_grade_writes_reports(graded):
+    _, out = graded
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "report.xml"]
+
+    xml = JUnitXml.fromfile(str(out / "report.xml"))
+    (suite,) = list(xml)
+    assert suite.name == "tiled_matmul"
+    assert suite.tests == 10
+    assert suite.skipped == 8
+    assert suite.failures == 0 and suite.errors == 0
+    skipped = [c for c in suite if c.result and isinstance(c.result[0], Skipped)]
+    assert len(skipped) == 8
+    assert all(c.result[0].message == NO_GPU_REASON for c in skipped)
+    names = [c.name for c in suite]
+    assert names[0] == "compile"
+    assert "correctness[width=16] 0/2 pts" in names
+    assert "shared_memory_tiles 2/2 pts" in names
+    props = {p.name: p.value for p in suite.properties()}
+    assert props["score"] == "2" and props["max_score"] == "20" and props["skipped_points"] == "18"
+    assert props["archs"] == "sm_90"
+
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["score"] == 2 and doc["max_score"] == 20
+    (lab,) = doc["labs"]
+    outcomes = [c["outcome"] for c in lab["checks"]]
+    assert outcomes == ["pass", "pass"] + ["skipped"] * 8
+    assert lab["environment"]["gpu"] == "none: GPU checks disabled by GRADER_NO_GPU"
+    assert any("matmul_tiled" in k["name"] and k["smem_bytes"] == 2048 for k in lab["kernels"])
+
+    md = (out / "report.md").read_text()
+    assert md.startswith("# CUDA lab grade: 2/20")
+    assert "| ⏭️ | `correctness[width=16]` | 0/2 |" in md
+
+
+def test_fail_under_percentage(graded, env):
+    proc = cli(env, "grade", "tiled_matmul", "--fail-under", "50%", "-q")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "score 2 is below --fail-under 50%" in proc.stderr
+    assert "score 2/20" in proc.stdout
+    assert "compiling" not in proc.stderr  # -q
+    # 2 points are enough for --fail-under 2 (the build is cached by now)
+    proc = cli(env, "grade", "tiled_matmul", "--fail-under", "2", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_fail_under_rejects_garbage_before_compiling(env):
+    proc = cli(env, "grade", "tiled_matmul", "--fail-under", "abc")
+    assert proc.returncode == 2
+    assert "--fail-under: expected a number of points or a percentage, got 'abc'" in proc.stderr
+    assert "compiling" not in proc.stderr
+    assert proc.stdout == ""
+
+
+# ------------------------------------------------------------------ other submissions
+
+
+def test_grade_stub(env):
+    proc = cli(env, "grade", "tiled_matmul", "--stub")
+    assert proc.returncode == 0, proc.stderr
+    assert "-- student_template/labs/tiled_matmul/student.cu" in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert next(line for line in lines if " compile:" in line).split()[0] == "PASS"
+    static = next(line for line in lines if "shared_memory_tiles:" in line)
+    assert static.split()[:2] == ["FAIL", "0/2"]
+    assert "0 shared-memory instructions" in static
+    assert "stage tiles of M and" in static  # the lab's hint
+    assert "score 0/20 (18 points not checked here)" in proc.stdout
+
+
+def test_grade_wrong_prototype(env):
+    proc = cli(env, "grade", "tiled_matmul", WRONG_PROTOTYPE)
+    assert proc.returncode == 0, proc.stderr
+    compile_line = next(line for line in proc.stdout.splitlines() if " compile:" in line)
+    assert compile_line.split()[0] == "ERROR"
+    assert f"compile error: {WRONG_PROTOTYPE}:6: error" in compile_line
+    assert '"matmul" has "C" linkage' in compile_line
+    assert 'the launcher must be exactly: extern "C" void matmul(const float* M, const float* N, float* P, int width);' in compile_line
+    assert "not graded: the file did not compile" in proc.stdout
+    assert "score 0/20" in proc.stdout
+    assert "SKIP" not in proc.stdout
+
+
+def test_unknown_lab(env):
+    proc = cli(env, "grade", "nosuchlab")
+    assert proc.returncode == 2
+    assert "error: unknown lab 'nosuchlab' (known labs: tiled_matmul)" in proc.stderr
+    proc = cli(env, "grade", "tiled_matmu")
+    assert proc.returncode == 2
+    assert "did you mean 'tiled_matmul'?" in proc.stderr
+
+
+def test_missing_source_file(env):
+    proc = cli(env, "grade", "tiled_matmul", "missing.cu")
+    assert proc.returncode == 2
+    assert "error: missing.cu: file not found" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_source_and_stub_together(env):
+    proc = cli(env, "grade", "tiled_matmul", WRONG_PROTOTYPE, "--stub")
+    assert proc.returncode == 2
+    assert "not both" in proc.stderr
+
+
+def test_bad_arch(env):
+    proc = cli(env, "grade", "tiled_matmul", "--arch", "hopper")
+    assert proc.returncode == 2
+    assert "--arch: expected something like sm_90, got 'hopper'" in proc.stderr
+
+
+def test_arch_sm80(env, tmp_path):
+    report = tmp_path / "r.json"
+    proc = cli(env, "grade", "tiled_matmul", "--arch", "sm_80", "--json", str(report), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert "compile: compiled for sm_80" in proc.stdout
+    (lab,) = json.loads(report.read_text())["labs"]
+    assert lab["environment"]["archs"] == "sm_80"
+    assert lab["checks"][0]["message"] == "compiled for sm_80"
+    assert lab["kernels"] and lab["kernels"][0]["smem_bytes"] == 2048
+    assert not (tmp_path / "report.xml").exists()  # only what was asked for
+
+
+# ------------------------------------------------------------------ check-lab
+
+
+def test_check_lab_ok(env):
+    proc = cli(env, "check-lab", "tiled_matmul")
+    assert proc.returncode == 0, proc.stderr
+    assert "lab.yaml: ok (5 correctness cases, 20 points)" in proc.stdout
+
+
+def test_check_lab_malformed_copy(env, tmp_path):
+    lab = tmp_path / "labs" / "tiled_matmul"
+    shutil.copytree(ROOT / "labs" / "tiled_matmul", lab)
+    yaml_path = lab / "lab.yaml"
+    text = yaml_path.read_text()
+    yaml_path.write_text(text.replace("launcher:\n  name: matmul", "launcher:\n  name: matmul\n bad: [", 1))
+    proc = cli(env, "check-lab", str(yaml_path))
+    assert proc.returncode == 2
+    assert f"error: {yaml_path}: malformed YAML: line " in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_check_lab_spec_error_in_copy(env, tmp_path):
+    for sub in ("labs/tiled_matmul", "reference/tiled_matmul", "student_template/labs/tiled_matmul"):
+        shutil.copytree(ROOT / sub, tmp_path / sub)
+    yaml_path = tmp_path / "labs" / "tiled_matmul" / "lab.yaml"
+    yaml_path.write_text(yaml_path.read_text().replace("tolerance:", "tolerence:", 1))
+    proc = cli(env, "check-lab", str(yaml_path.parent))  # the folder works too
+    assert proc.returncode == 2
+    assert f"{yaml_path}: tolerence: unknown key; did you mean 'tolerance'?" in proc.stderr
