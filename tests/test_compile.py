@@ -11,6 +11,7 @@ from grader.errors import GraderError
 from grader.grade import GradeOptions, grade
 from grader.outcome import Outcome
 from grader.spec import load_lab
+from cuda_sources import LOCAL_ARRAY
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "labs" / "tiled_matmul"
@@ -34,18 +35,6 @@ __global__ void scale(float* p, int n) {
 }
 """
 
-LOCAL_ARRAY = """\
-__global__ void local_array(float* out, int n) {
-    float a[256];
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    for (int j = 0; j < 256; ++j) a[(threadIdx.x + j) % 256] = out[j] * j;
-    out[i] = a[(i * 7) % 256];
-}
-
-extern "C" void matmul(const float* M, const float* N, float* P, int width) {
-    local_array<<<1, 32>>>(P, width);
-}
-"""
 
 
 @pytest.fixture(scope="module")

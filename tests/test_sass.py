@@ -8,6 +8,7 @@ import pytest
 
 from grader import sass
 from grader.compile import build
+from cuda_sources import LOCAL_ARRAY
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = ROOT / "labs" / "tiled_matmul" / "interface.h"
@@ -37,18 +38,6 @@ extern "C" void matmul(const float* M, const float* N, float* P, int width) {
 }
 """
 
-LOCAL_ARRAY = """\
-__global__ void local_array(float* out, int n) {
-    float a[256];
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    for (int j = 0; j < 256; ++j) a[(threadIdx.x + j) % 256] = out[j] * j;
-    out[i] = a[(i * 7) % 256];
-}
-
-extern "C" void matmul(const float* M, const float* N, float* P, int width) {
-    local_array<<<1, 32>>>(P, width);
-}
-"""
 
 REQUIREMENTS = ("shared_memory", "constant_memory", "no_local_memory", "global_atomics", "shared_atomics")
 
