@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -34,7 +35,14 @@ def _visible_index() -> int:
 
 
 def probe() -> GpuProbe:
-    """Find the GPU that will be graded on; say why when there is none."""
+    """Find the GPU that will be graded on; say why when there is none (or it cannot be used)."""
+    found = _probe_device()
+    if found.gpu is not None and importlib.util.find_spec("cupy") is None:
+        return GpuProbe(None, f"{found.gpu.name} found, but CuPy is not installed (pip install 'cuda-lab-grader[gpu]')")
+    return found
+
+
+def _probe_device() -> GpuProbe:
     if os.environ.get("GRADER_NO_GPU"):
         return GpuProbe(None, "GPU checks disabled by GRADER_NO_GPU")
     index = _visible_index()
