@@ -198,6 +198,12 @@ def grade(
                     counter_checks, clock.seconds["counters"] = counters_future.result()
             pool.shutdown()
             gate = "not graded: correctness checks failed (fix those first)"
+            if not passed:
+                gated = {c.id for c in spec.static if c.after_correctness}
+                checks = [
+                    CheckResult(c.id, c.stage, Outcome.FAIL, 0, c.max_points, gate) if c.id in gated and c.outcome is Outcome.PASS else c
+                    for c in checks
+                ]
             if spec.benchmark and spec.benchmark.checks:
                 if not passed:
                     checks += _fill(spec, checks, {Stage.SPEED}, Outcome.FAIL, gate)

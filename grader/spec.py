@@ -72,6 +72,7 @@ class StaticCheck:
     require: StaticRequirement
     points: float
     hint: str = ""
+    after_correctness: bool = False  # scored only when every correctness case passes (an empty stub has no local memory)
 
 
 @dataclass(frozen=True)
