@@ -21,7 +21,9 @@ from .labs import PROJECT_ROOT
 from .textutil import cap_lines, clean
 
 STARTUP_LIMIT_S = 120.0
-OUTPUT_LIMIT_BYTES = 64 << 20  # per file written by the worker: its log and the .npy outputs
+# Per file the worker writes: its log (student output) and the .npy outputs of the largest
+# benchmark case (memory_types: 256 MiB arrays). A runaway printer is stopped here.
+OUTPUT_LIMIT_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ __global__ void conv1d_tiled(const float* in, float* out, int n, int mask_width)
     int i = blockIdx.x * TILE + threadIdx.x;
     if (i < n) {
         float window[MAX_MASK_WIDTH];
-        for (int j = 0; j < mask_width; ++j) window[(j * 7) % mask_width] = tile[threadIdx.x + (j * 7) % mask_width];
+        for (int j = 0; j < mask_width; ++j) window[(j * 2) % mask_width] = tile[threadIdx.x + (j * 2) % mask_width];
         float sum = 0.0f;
         for (int j = 0; j < mask_width; ++j) sum += mask_c[j] * window[j];
         out[i] = sum;
