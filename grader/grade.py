@@ -28,13 +28,18 @@ from .runner import TaskResult, WorkerSession
 from .spec import Case, CounterCheck, LabSpec
 from .timing import summarize
 
-DEFAULT_ARCHS = tuple(a.strip() for a in os.environ.get("GRADER_ARCHS", "sm_90").split(",") if a.strip())
+
+
+def default_archs() -> tuple[str, ...]:
+    """Archs to build for when there is no GPU to ask: ``GRADER_ARCHS`` (comma-separated) or sm_90."""
+    return tuple(a.strip() for a in os.environ.get("GRADER_ARCHS", "sm_90").split(",") if a.strip())
+
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class GradeOptions:
-    archs: tuple[str, ...] | None = None  # default: the GPU's, else DEFAULT_ARCHS
+    archs: tuple[str, ...] | None = None  # default: the GPU's, else default_archs()
     cache_dir: Path | None = None
     timing: bool = True
     counters: bool = True
@@ -120,7 +125,7 @@ def grade(
 ) -> LabReport:
     clock = _Clock()
     probe = gpu.probe() if options.gpu else gpu.GpuProbe(None, "GPU checks turned off (--no-gpu)")
-    archs = options.archs or ((probe.gpu.arch,) if probe.gpu else DEFAULT_ARCHS)
+    archs = options.archs or ((probe.gpu.arch,) if probe.gpu else default_archs())
     env: dict[str, object] = {
         "nvcc": toolchain.nvcc_version(),
         "archs": ",".join(archs),
@@ -137,10 +142,7 @@ def grade(
 
     progress(f"[{spec.id}] compiling {name} for {', '.join(archs)}")
     with clock.stage("compile"):
-        build = nvcc.build(
-            source, spec.files.header, archs, flags=spec.compile.flags, cache_dir=options.cache_dir,
-            time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,), display_name=name,
-        )
+        build = _build(spec, source, archs, options, display_name=name)
     env["build_cached"] = build.cached
     if not build.ok:
         message = build.message
@@ -337,11 +339,16 @@ def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: Work
 # ------------------------------------------------------------------ speed
 
 
-def _baseline_library(spec: LabSpec, name: str, archs, options: GradeOptions) -> Path:
-    build = nvcc.build(
-        spec.baseline_source(name), spec.files.header, archs, flags=spec.compile.flags,
-        cache_dir=options.cache_dir, time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,),
+def _build(spec: LabSpec, source: Path, archs, options: GradeOptions, display_name: str | None = None) -> nvcc.BuildResult:
+    """Any build for a lab: its header, flags and time limit, and its launcher required."""
+    return nvcc.build(
+        source, spec.files.header, archs, flags=spec.compile.flags, cache_dir=options.cache_dir,
+        time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,), display_name=display_name,
     )
+
+
+def _baseline_library(spec: LabSpec, name: str, archs, options: GradeOptions) -> Path:
+    build = _build(spec, spec.baseline_source(name), archs, options)
     if not build.ok or build.library is None:
         raise RuntimeError(f"baseline {name!r} of lab {spec.id} does not compile: {build.message}")
     return build.library
