@@ -42,7 +42,7 @@ def main() -> int:
         wall = time.monotonic() - t0
         rows.append((("cold" if i == 0 else f"warm{i}"), wall, report))
 
-    stages = ["compile", "static", "correctness", "waiting_for_counters", "counters", "timing"]
+    stages = ["compile", "static", "correctness", "waiting_for_tools", "sanitizers", "counters", "timing"]
     print(f"lab {spec.id}, submission {source.name}, GPU {rows[0][2].environment.get('gpu')}")
     print(f"{'run':<7} {'wall s':>7} {'score':>7} " + " ".join(f"{s[:12]:>12}" for s in stages))
     for label, wall, r in rows:
@@ -50,7 +50,7 @@ def main() -> int:
             f"{label:<7} {wall:7.2f} {r.score:>7g} "
             + " ".join(f"{r.stage_seconds.get(s, 0.0):12.2f}" for s in stages)
         )
-    print("(counters run in the background during correctness: 'counters' overlaps other stages)")
+    print("(sanitizers and counters run in the background during correctness: they overlap other stages)")
     warm = rows[1:]
     if warm:
         walls = [w for _, w, _ in warm]

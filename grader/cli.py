@@ -2,7 +2,7 @@
 
 Exit codes:
   0  grading finished (whatever the score), unless --fail-under was given and missed
-  1  the score is below --fail-under
+  1  the score is below --fail-under; `validate`: a verdict differs; `readme --check`: a README is stale
   2  bad input: unknown lab, missing or unreadable file, malformed lab.yaml, bad option
   3  internal error in the grader (a short id points to the full trace in the log)
 """
@@ -14,10 +14,13 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, readme
 from .errors import GraderError, internal_error_id
 from .grade import GradeOptions, LabReport, grade
 from .labs import find_lab, lab_ids
+from .repo import grade_repo
+from .validate import render as render_validation
+from .validate import validate
 from .outcome import fmt_points
 from .report import data as json_report
 from .report import junit, text
@@ -38,24 +41,61 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("lab", help="lab id (see `cuda-grader labs`)")
     g.add_argument("source", nargs="?", type=Path, help="the .cu file to grade (default: the lab's reference solution)")
     g.add_argument("--stub", action="store_true", help="grade the lab's student stub instead of the reference")
-    g.add_argument("--out", type=Path, help="write report.xml, report.json and report.md into this folder")
-    g.add_argument("--junit", type=Path, help="write JUnit XML here")
-    g.add_argument("--json", type=Path, help="write the JSON result here")
-    g.add_argument("--markdown", type=Path, help="write the Markdown summary here")
-    g.add_argument("--fail-under", metavar="SCORE", help="exit 1 if the score is below SCORE points (or SCORE%% of the maximum)")
-    g.add_argument("--arch", action="append", metavar="sm_XY", help="compile for this arch (repeatable; default: the GPU's, or sm_90 without a GPU)")
-    g.add_argument("--no-gpu", action="store_true", help="run only the checks that need no GPU")
-    g.add_argument("--no-timing", action="store_true", help="skip the speed checks")
-    g.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
-    g.add_argument("--cache-dir", type=Path, help="build cache (default: ~/.cache/cuda-lab-grader or $GRADER_CACHE_DIR)")
-    g.add_argument("--keep-work", type=Path, help="keep the worker's files (inputs, outputs, logs) under this folder")
-    g.add_argument("-v", "--verbose", action="store_true", help="show every check's details")
-    g.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+    _report_options(g)
+    _grading_options(g)
+
+    r = sub.add_parser("grade-repo", help="grade every lab of a student repository (labs/<lab>/student.cu): one report")
+    r.add_argument("repo", nargs="?", type=Path, default=Path("."), help="the student repository (default: the current folder)")
+    r.add_argument("--lab", action="append", dest="labs", metavar="LAB", help="grade only this lab (repeatable)")
+    _report_options(r)
+    _grading_options(r)
+
+    v = sub.add_parser("validate", help="instructors: check that every known solution of a lab gets its expected verdicts")
+    v.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
+    _grading_options(v)
+
+    m = sub.add_parser("readme", help="write each lab's README from its lab.yaml (or --check that they are current)")
+    m.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
+    m.add_argument("--check", action="store_true", help="write nothing; exit 1 if a README differs from its lab.yaml")
 
     sub.add_parser("labs", help="list the labs")
     c = sub.add_parser("check-lab", help="load a lab's YAML and report any error in it")
     c.add_argument("lab", help="lab id or path to lab.yaml")
     return p
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, help="write report.xml, report.json and report.md into this folder")
+    p.add_argument("--junit", type=Path, help="write JUnit XML here")
+    p.add_argument("--json", type=Path, help="write the JSON result here")
+    p.add_argument("--markdown", type=Path, help="write the Markdown summary here")
+    p.add_argument("--fail-under", metavar="SCORE", help="exit 1 if the score is below SCORE points (or SCORE%% of the maximum)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show every check's details")
+
+
+def _grading_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", action="append", metavar="sm_XY", help="compile for this arch (repeatable; default: the GPU's, or sm_90 without a GPU)")
+    p.add_argument("--no-gpu", action="store_true", help="run only the checks that need no GPU")
+    p.add_argument("--no-timing", action="store_true", help="skip the speed checks")
+    p.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
+    p.add_argument("--cache-dir", type=Path, help="build cache (default: ~/.cache/cuda-lab-grader or $GRADER_CACHE_DIR)")
+    p.add_argument("--keep-work", type=Path, help="keep the worker's files (inputs, outputs, logs) under this folder")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+
+def _options(args: argparse.Namespace) -> GradeOptions:
+    return GradeOptions(
+        archs=tuple(_arch(a) for a in args.arch) if args.arch else None,
+        cache_dir=args.cache_dir,
+        timing=not args.no_timing,
+        counters=not args.no_counters,
+        gpu=not args.no_gpu,
+        keep_work=args.keep_work,
+    )
+
+
+def _progress(args: argparse.Namespace):
+    return (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
 def _fail_under(value: str, max_score: float) -> float:
@@ -83,24 +123,56 @@ def cmd_grade(args: argparse.Namespace) -> int:
     source = args.source or (spec.files.stub if args.stub else spec.files.reference)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work
-    options = GradeOptions(
-        archs=tuple(_arch(a) for a in args.arch) if args.arch else None,
-        cache_dir=args.cache_dir,
-        timing=not args.no_timing,
-        counters=not args.no_counters,
-        gpu=not args.no_gpu,
-        keep_work=args.keep_work,
-    )
-    progress = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    report = grade(spec, source, options, progress, display_name=_display(source))
-    _write_reports([report], args)
-    sys.stdout.write(text.terminal([report], verbose=args.verbose))
+    report = grade(spec, source, _options(args), _progress(args), display_name=_display(source))
+    return _finish([report], args)
+
+
+def cmd_grade_repo(args: argparse.Namespace) -> int:
     if args.fail_under is not None:
-        need = _fail_under(args.fail_under, report.max_score)
-        if report.score < need:
-            print(f"score {fmt_points(report.score)} is below --fail-under {args.fail_under}", file=sys.stderr)
+        _fail_under(args.fail_under, 1.0)
+    reports = grade_repo(args.repo, _options(args), _progress(args), labs=args.labs)
+    return _finish(reports, args)
+
+
+def _finish(reports: list[LabReport], args: argparse.Namespace) -> int:
+    _write_reports(reports, args)
+    sys.stdout.write(text.terminal(reports, verbose=args.verbose))
+    if args.fail_under is not None:
+        score = sum(r.score for r in reports)
+        need = _fail_under(args.fail_under, sum(r.max_score for r in reports))
+        if score < need:
+            print(f"score {fmt_points(score)} is below --fail-under {args.fail_under}", file=sys.stderr)
             return EXIT_BELOW
     return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    specs = [find_lab(lab_id) for lab_id in (args.labs or lab_ids())]
+    ok = True
+    for spec in specs:
+        results = validate(spec, _options(args), _progress(args))
+        sys.stdout.write(render_validation(spec, results))
+        ok = ok and all(r.ok for r in results)
+    return EXIT_OK if ok else EXIT_BELOW
+
+
+def cmd_readme(args: argparse.Namespace) -> int:
+    stale = []
+    for lab_id in args.labs or lab_ids():
+        spec = find_lab(lab_id)
+        text_ = readme.render(spec)
+        for path in readme.targets(spec):
+            current = path.read_text(encoding="utf-8") if path.exists() else None
+            if current == text_:
+                continue
+            if args.check:
+                stale.append(path)
+            else:
+                path.write_text(text_, encoding="utf-8")
+                print(f"wrote {_display(path)}")
+    for path in stale:
+        print(f"{_display(path)} is out of date: run `cuda-grader readme`", file=sys.stderr)
+    return EXIT_BELOW if stale else EXIT_OK
 
 
 def _display(source: Path) -> str:
@@ -148,7 +220,10 @@ def cmd_check_lab(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"grade": cmd_grade, "labs": cmd_labs, "check-lab": cmd_check_lab}[args.command]
+    handler = {
+        "grade": cmd_grade, "grade-repo": cmd_grade_repo, "validate": cmd_validate, "readme": cmd_readme,
+        "labs": cmd_labs, "check-lab": cmd_check_lab,
+    }[args.command]
     try:
         return handler(args)
     except GraderError as exc:

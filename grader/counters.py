@@ -7,17 +7,13 @@ import hashlib
 import io
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
 from . import toolchain
-from .runner import _limit_child, describe_exit, worker_env
-from .textutil import cap_lines, clean
+from .runner import describe_exit, run_under_tool
+from .textutil import cap_lines
 
 
 @dataclass(frozen=True)
@@ -76,7 +72,6 @@ def profile(
     cache_dir: Path | None = None,
 ) -> CounterRun:
     """Run one ``profile`` task of the worker under ncu and collect ``metrics``."""
-    started = time.monotonic()
     cache_file = None
     if cache_key and cache_dir:
         digest = hashlib.sha256(cache_key.encode() + library.read_bytes()).hexdigest()[:32]
@@ -87,40 +82,23 @@ def profile(
     ncu = toolchain.find("ncu")
     if ncu is None:
         return CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
-    job = scratch / "profile_job.json"
-    result = scratch / "profile_result.json"
     log = scratch / "ncu.log"
-    result.unlink(missing_ok=True)
-    job.write_text(json.dumps({**task, "kind": "case", "memcpy_only": True, "guard": 0}))
     cmd = [
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
         "--clock-control", "none", "--log-file", str(log), "-f",
-        sys.executable, "-m", "grader.worker", "--job", str(job), "--result", str(result),
     ]
-    out_path = scratch / "ncu.stdout"
-    with open(out_path, "wb") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=worker_env(), cwd=scratch,
-            start_new_session=True, preexec_fn=_limit_child,
-        )
-        try:
-            code = proc.wait(time_limit_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return CounterRun(
-                error=f"did not finish within {time_limit_s:g} s under the profiler and was killed",
-                seconds=time.monotonic() - started,
-            )
-    text = clean((log.read_text(errors="replace") if log.exists() else "") + "\n" + out_path.read_text(errors="replace"))
-    seconds = time.monotonic() - started
+    run = run_under_tool(cmd, {**task, "kind": "case", "memcpy_only": True, "guard": 0}, scratch, time_limit_s, log=log)
+    text, seconds = run.output, run.seconds
+    if run.timed_out:
+        return CounterRun(error=f"did not finish within {time_limit_s:g} s under the profiler and was killed", seconds=seconds)
     problem = _permission_problem(text)
     if problem:
         return CounterRun(skipped=problem, log=cap_lines(text, 20), seconds=seconds)
-    if not result.exists():
+    if run.result is None:
+        code = run.returncode or 0
         status, reason = describe_exit(code) if code != 0 else ("exited", "the profiled process ended early")
         return CounterRun(error=reason, log=cap_lines(text, 30), seconds=seconds)
-    data = json.loads(result.read_text())
+    data = run.result
     if data.get("status") != "ok":
         return CounterRun(error=data.get("error", "failed"), log=cap_lines(text, 30), seconds=seconds)
     values, kernels = parse_csv(text)
@@ -131,10 +109,10 @@ def profile(
         return CounterRun(
             skipped=f"ncu did not report {', '.join(missing)} on this GPU", log=cap_lines(text, 30), seconds=seconds
         )
-    run = CounterRun(values=values, kernels=tuple(kernels), log="", seconds=seconds)
+    counted = CounterRun(values=values, kernels=tuple(kernels), log="", seconds=seconds)
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"values": values, "kernels": kernels}))
         os.replace(tmp, cache_file)
-    return run
+    return counted

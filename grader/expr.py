@@ -27,7 +27,7 @@ def names(expr: str) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
 
 
-def evaluate(expr: str | int | float, params: Mapping[str, int | float]) -> int | float:
+def evaluate(expr: str | int | float, params: Mapping[str, object]) -> int | float:
     if isinstance(expr, (int, float)):
         return expr
     return _eval(_parse(expr).body, params, expr)
@@ -50,13 +50,16 @@ def _parse(expr: str) -> ast.Expression:
     return tree
 
 
-def _eval(node: ast.AST, params: Mapping[str, int | float], expr: str) -> int | float:
+def _eval(node: ast.AST, params: Mapping[str, object], expr: str) -> int | float:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
         if node.id not in params:
             raise ExprError(f"unknown parameter {node.id!r} in {expr!r} (known: {', '.join(sorted(params))})")
-        return params[node.id]
+        value = params[node.id]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ExprError(f"parameter {node.id!r} is text ({value!r}), not a number, in {expr!r}")
+        return value
     if isinstance(node, ast.UnaryOp):
         val = _eval(node.operand, params, expr)
         return -val if isinstance(node.op, ast.USub) else val

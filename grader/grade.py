@@ -20,12 +20,12 @@ from typing import Callable, Iterator, Mapping
 import numpy as np
 
 from . import compile as nvcc
-from . import counters, expr, gpu, sass, toolchain
+from . import counters, expr, gpu, sanitizer, sass, toolchain
 from .check import compare
 from .labs import load_problem
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .runner import TaskResult, WorkerSession
-from .spec import Case, CounterCheck, LabSpec
+from .spec import Case, CounterCheck, LabSpec, SanitizerCheck, split_metrics
 from .timing import summarize
 
 
@@ -71,7 +71,7 @@ class LabReport:
         return round(sum(c.max_points for c in self.checks if c.outcome is Outcome.SKIPPED), 2)
 
 
-def _noop(_: str) -> None:
+def no_progress(_: str) -> None:
     pass
 
 
@@ -93,6 +93,7 @@ def planned_checks(spec: LabSpec) -> list[tuple[str, Stage, float]]:
     out = [("compile", Stage.COMPILE, 0.0)]
     out += [(c.id, Stage.STATIC, c.points) for c in spec.static]
     out += [(f"correctness[{c.label}]", Stage.CORRECTNESS, c.points) for c in spec.correctness.cases]
+    out += [(c.id, Stage.SANITIZER, c.points) for c in spec.sanitizers]
     if spec.benchmark:
         out += [(c.id, Stage.SPEED, c.points) for c in spec.benchmark.checks]
     out += [(c.id, Stage.COUNTERS, c.points) for c in spec.counters]
@@ -107,7 +108,7 @@ def launcher_prototype(spec: LabSpec) -> str:
     return spec.launcher.name
 
 
-def _fill(spec: LabSpec, done: list[CheckResult], stages: set[Stage], outcome: Outcome, message: str) -> list[CheckResult]:
+def fill_checks(spec: LabSpec, done: list[CheckResult], stages: set[Stage], outcome: Outcome, message: str) -> list[CheckResult]:
     have = {c.id for c in done}
     return [
         CheckResult(cid, stage, outcome, 0.0, pts, message)
@@ -116,118 +117,218 @@ def _fill(spec: LabSpec, done: list[CheckResult], stages: set[Stage], outcome: O
     ]
 
 
+class LabGrading:
+    """One submission for one lab, graded in two halves.
+
+    ``start()`` compiles, inspects the compiled code, runs the correctness cases and starts the
+    sanitizer and counter runs in the background; ``finish()`` waits for them, times and scores.
+    Grading a repo starts every lab first and times each only when no other GPU work is left
+    (``wait()``), so profilers never run beside a timed call. Neither half raises for problems
+    in the submission: they become check results.
+    """
+
+    def __init__(self, spec: LabSpec, source: Path, options: GradeOptions = GradeOptions(),
+                 progress: Progress = no_progress, display_name: str | None = None):
+        self.spec, self.source, self.options, self.progress = spec, source, options, progress
+        self.name = display_name or source.name
+        self.clock = _Clock()
+        self.checks: list[CheckResult] = []
+        self.env: dict[str, object] = {}
+        self.timings: dict[str, Mapping[str, float]] = {}
+        self.kernels: tuple[nvcc.KernelResources, ...] = ()
+        self.archs: tuple[str, ...] = ()
+        self.library: Path | None = None
+        self.probe: gpu.GpuProbe | None = None
+        self.problem = None
+        self.scratch: Path | None = None
+        self.worker: WorkerSession | None = None
+        self.background: list[Future] = []
+        self.counters_started = False
+        self._pool: ThreadPoolExecutor | None = None
+        self._done = False
+
+    # ---------------------------------------------------------------- first half
+
+    def start(self) -> "LabGrading":
+        spec, options = self.spec, self.options
+        probe = self.probe = gpu.probe() if options.gpu else gpu.GpuProbe(None, "GPU checks turned off (--no-gpu)")
+        self.archs = options.archs or ((probe.gpu.arch,) if probe.gpu else default_archs())
+        self.env.update(nvcc=toolchain.nvcc_version(), archs=",".join(self.archs),
+                        sandbox="none (the submission ran without a sandbox)")
+        if probe.gpu:
+            self.env.update(gpu=probe.gpu.name, compute_capability="%d.%d" % probe.gpu.compute_capability,
+                            driver=probe.gpu.driver)
+            self.env.update({f"health.{k}": v for k, v in probe.health.items()})
+        else:
+            self.env["gpu"] = f"none: {probe.reason}"
+
+        self.progress(f"[{spec.id}] compiling {self.name} for {', '.join(self.archs)}")
+        with self.clock.stage("compile"):
+            build = _build(spec, self.source, self.archs, options, display_name=self.name)
+        self.env["build_cached"] = build.cached
+        if not build.ok:
+            message = build.message
+            if f'"{spec.launcher.name}"' in message or f"`{spec.launcher.name}`" in message:
+                message += f"; the launcher must be exactly: {launcher_prototype(spec)}"
+            self.checks.append(CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message, build.log, duration_s=build.seconds))
+            self.checks += fill_checks(spec, self.checks, set(Stage), Outcome.FAIL, "not graded: the file did not compile")
+            self._done = True
+            return self
+        warn = "\n".join(l for l in build.log.splitlines() if "warning" in l.lower())
+        self.checks.append(CheckResult("compile", Stage.COMPILE, Outcome.PASS, 0, 0, build.message, warn, duration_s=build.seconds))
+        assert build.library is not None
+        self.library, self.kernels = build.library, build.kernels
+
+        with self.clock.stage("static"):
+            self.checks += _static_checks(spec, build.library)
+
+        if probe.gpu is None:
+            gated = {c.id for c in spec.static if c.after_correctness}
+            wait = f"scored only once every correctness case passes, which needs a GPU: {probe.reason}"
+            self.checks = [
+                CheckResult(c.id, c.stage, Outcome.SKIPPED, 0, c.max_points, f"{c.message}; {wait}") if c.id in gated else c
+                for c in self.checks
+            ]
+            gpu_stages = {Stage.CORRECTNESS, Stage.SANITIZER, Stage.SPEED, Stage.COUNTERS}
+            self.checks += fill_checks(spec, self.checks, gpu_stages, Outcome.SKIPPED, f"needs a GPU: {probe.reason}")
+            self._done = True
+            return self
+
+        self.problem = load_problem(spec)
+        self.scratch = Path(tempfile.mkdtemp(prefix="grade-", dir=options.keep_work))
+        # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
+        # correctness cases (their counts do not depend on what else runs); timing waits for them.
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"{spec.id}-tools")
+        if spec.sanitizers:
+            self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
+            self.background.append(self._pool.submit(self._timed, "sanitizers", self._sanitizer_checks))
+        self.worker = WorkerSession(self.scratch)
+        with self.clock.stage("correctness"):
+            hung = False
+            cases = spec.correctness.cases
+            for i, case in enumerate(cases):
+                if hung:  # a kernel that hangs once hangs again: do not wait out every limit
+                    self.checks.append(CheckResult(f"correctness[{case.label}]", Stage.CORRECTNESS, Outcome.ERROR, 0, case.points,
+                                                   "not run: an earlier case did not finish"))
+                    continue
+                self.progress(f"[{spec.id}] correctness {i + 1}/{len(cases)}: {case.label}")
+                result = _correctness(spec, self.problem, case, build.library, self.worker, self.scratch / f"case{i}")
+                self.checks.append(result)
+                hung = result.measured.get("status") == "timeout"
+                if not self.counters_started and spec.counters and options.counters and result.outcome is Outcome.PASS:
+                    self.counters_started = True
+                    self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
+                    self.background.append(self._pool.submit(self._timed, "counters", self._counter_checks))
+        return self
+
+    def _timed(self, stage: str, fn: Callable[[], list[CheckResult]]) -> list[CheckResult]:
+        t0 = time.monotonic()
+        try:
+            return fn()
+        finally:
+            self.clock.seconds[stage] = round(time.monotonic() - t0, 3)
+
+    def _sanitizer_checks(self) -> list[CheckResult]:
+        assert self.library is not None and self.scratch is not None
+        return [
+            _sanitize(self.spec, self.problem, check, self.library, self.scratch / f"sanitizer-{check.id}", self.name)
+            for check in self.spec.sanitizers
+        ]
+
+    def _counter_checks(self) -> list[CheckResult]:
+        assert self.library is not None and self.scratch is not None and self.probe is not None
+        return [
+            _counter(self.spec, self.problem, check, self.library, self.archs, self.probe.gpu, self.options,
+                     self.scratch / f"ncu-{check.id}")
+            for check in self.spec.counters
+        ]
+
+    def wait(self) -> list[CheckResult]:
+        """Block until the background runs are done; their results, in order."""
+        out: list[CheckResult] = []
+        if self.background:
+            with self.clock.stage("waiting_for_tools"):
+                for future in self.background:
+                    out += future.result()
+        return out
+
+    # ---------------------------------------------------------------- second half
+
+    def finish(self) -> LabReport:
+        try:
+            if not self._done:
+                self._finish()
+        finally:
+            self.close()
+        return LabReport(self.spec.id, self.spec.title, self.name, tuple(self.checks), self.env, self.kernels,
+                         self.timings, self.clock.seconds)
+
+    def _finish(self) -> None:
+        spec, options = self.spec, self.options
+        tool_checks = self.wait()
+        passed = all(c.outcome is Outcome.PASS for c in self.checks if c.stage is Stage.CORRECTNESS)
+        gate = "not graded: correctness checks failed (fix those first)"
+        sanitizer_checks = [c for c in tool_checks if c.stage is Stage.SANITIZER]
+        counter_checks = [c for c in tool_checks if c.stage is Stage.COUNTERS]
+        if not passed:  # what an empty or broken kernel trivially passes earns nothing
+            gated = {c.id for c in spec.static if c.after_correctness} | {c.id for c in sanitizer_checks}
+            self.checks = [
+                CheckResult(c.id, c.stage, Outcome.FAIL, 0, c.max_points, gate) if c.id in gated and c.outcome is Outcome.PASS else c
+                for c in self.checks
+            ]
+            sanitizer_checks = [
+                CheckResult(c.id, c.stage, Outcome.FAIL, 0, c.max_points, gate) if c.outcome is Outcome.PASS else c
+                for c in sanitizer_checks
+            ]
+        self.checks += sanitizer_checks
+        if spec.benchmark and spec.benchmark.checks:
+            if not passed:
+                self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.FAIL, gate)
+            elif not options.timing:
+                self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.SKIPPED, "timing turned off (--no-timing)")
+            else:
+                assert self.worker is not None and self.library is not None
+                self.progress(f"[{spec.id}] timing against {', '.join(sorted({c.baseline for c in spec.benchmark.checks}))}")
+                with self.clock.stage("timing"):
+                    speed, timings = _speed(spec, self.problem, self.library, self.archs, options, self.worker, self.scratch / "timing")
+                self.checks += speed
+                self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
+                self.timings = timings
+        if spec.counters:
+            if not passed:
+                self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.FAIL, gate)
+            elif not options.counters:
+                self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.SKIPPED, "hardware counters turned off (--no-counters)")
+            else:
+                self.checks += counter_checks
+        order = {cid: i for i, (cid, _, _) in enumerate(planned_checks(spec))}
+        self.checks.sort(key=lambda c: order.get(c.id, len(order)))
+
+    def close(self) -> None:
+        """Stop the worker and background runs and remove scratch files (idempotent)."""
+        if self._pool is not None:
+            for future in self.background:
+                future.cancel()
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self.worker is not None:
+            self.worker.kill()
+            self.worker = None
+        if self.scratch is not None and self.options.keep_work is None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        self.scratch = None
+        self._done = True
+
+
 def grade(
     spec: LabSpec,
     source: Path,
     options: GradeOptions = GradeOptions(),
-    progress: Progress = _noop,
+    progress: Progress = no_progress,
     display_name: str | None = None,
 ) -> LabReport:
-    clock = _Clock()
-    probe = gpu.probe() if options.gpu else gpu.GpuProbe(None, "GPU checks turned off (--no-gpu)")
-    archs = options.archs or ((probe.gpu.arch,) if probe.gpu else default_archs())
-    env: dict[str, object] = {
-        "nvcc": toolchain.nvcc_version(),
-        "archs": ",".join(archs),
-        "sandbox": "none (the submission ran without a sandbox)",
-    }
-    if probe.gpu:
-        env.update(gpu=probe.gpu.name, compute_capability="%d.%d" % probe.gpu.compute_capability, driver=probe.gpu.driver)
-        env.update({f"health.{k}": v for k, v in probe.health.items()})
-    else:
-        env["gpu"] = f"none: {probe.reason}"
-    name = display_name or source.name
-    checks: list[CheckResult] = []
-    timings: dict[str, Mapping[str, float]] = {}
-
-    progress(f"[{spec.id}] compiling {name} for {', '.join(archs)}")
-    with clock.stage("compile"):
-        build = _build(spec, source, archs, options, display_name=name)
-    env["build_cached"] = build.cached
-    if not build.ok:
-        message = build.message
-        if f'"{spec.launcher.name}"' in message or f"`{spec.launcher.name}`" in message:
-            message += f"; the launcher must be exactly: {launcher_prototype(spec)}"
-        checks.append(CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message, build.log, duration_s=build.seconds))
-        checks += _fill(spec, checks, set(Stage), Outcome.FAIL, "not graded: the file did not compile")
-        return LabReport(spec.id, spec.title, name, tuple(checks), env, (), {}, clock.seconds)
-    warn = "\n".join(l for l in build.log.splitlines() if "warning" in l.lower())
-    checks.append(CheckResult("compile", Stage.COMPILE, Outcome.PASS, 0, 0, build.message, warn, duration_s=build.seconds))
-    assert build.library is not None
-
-    with clock.stage("static"):
-        checks += _static_checks(spec, build.library)
-
-    if probe.gpu is None:
-        checks += _fill(spec, checks, {Stage.CORRECTNESS, Stage.SPEED, Stage.COUNTERS}, Outcome.SKIPPED, f"needs a GPU: {probe.reason}")
-        return LabReport(spec.id, spec.title, name, tuple(checks), env, build.kernels, {}, clock.seconds)
-
-    problem = load_problem(spec)
-    scratch = Path(tempfile.mkdtemp(prefix="grade-", dir=options.keep_work))
-    try:
-        # Counters are collected in the background once the first case passes: ncu's start-up then
-        # overlaps the other correctness cases. Request counts do not depend on what else runs;
-        # timing waits until the profiler is done.
-        pool = ThreadPoolExecutor(max_workers=1)
-        counters_future: Future | None = None
-
-        def collect_counters() -> tuple[list[CheckResult], float]:
-            t0 = time.monotonic()
-            out = [
-                _counter(spec, problem, check, build.library, archs, probe.gpu, options, scratch / f"ncu-{check.id}")
-                for check in spec.counters
-            ]
-            return out, time.monotonic() - t0
-
-        with WorkerSession(scratch) as worker:
-            with clock.stage("correctness"):
-                hung = False
-                for i, case in enumerate(spec.correctness.cases):
-                    if hung:  # a kernel that hangs once hangs again: do not wait out every limit
-                        checks.append(CheckResult(f"correctness[{case.label}]", Stage.CORRECTNESS, Outcome.ERROR, 0, case.points,
-                                                  "not run: an earlier case did not finish"))
-                        continue
-                    progress(f"[{spec.id}] correctness {i + 1}/{len(spec.correctness.cases)}: {case.label}")
-                    checks.append(_correctness(spec, problem, case, build.library, worker, scratch / f"case{i}"))
-                    hung = checks[-1].measured.get("status") == "timeout"
-                    if counters_future is None and spec.counters and options.counters and checks[-1].outcome is Outcome.PASS:
-                        progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
-                        counters_future = pool.submit(collect_counters)
-            passed = all(c.outcome is Outcome.PASS for c in checks if c.stage is Stage.CORRECTNESS)
-            counter_checks: list[CheckResult] = []
-            if counters_future is not None:
-                with clock.stage("waiting_for_counters"):
-                    counter_checks, clock.seconds["counters"] = counters_future.result()
-            pool.shutdown()
-            gate = "not graded: correctness checks failed (fix those first)"
-            if not passed:
-                gated = {c.id for c in spec.static if c.after_correctness}
-                checks = [
-                    CheckResult(c.id, c.stage, Outcome.FAIL, 0, c.max_points, gate) if c.id in gated and c.outcome is Outcome.PASS else c
-                    for c in checks
-                ]
-            if spec.benchmark and spec.benchmark.checks:
-                if not passed:
-                    checks += _fill(spec, checks, {Stage.SPEED}, Outcome.FAIL, gate)
-                elif not options.timing:
-                    checks += _fill(spec, checks, {Stage.SPEED}, Outcome.SKIPPED, "timing turned off (--no-timing)")
-                else:
-                    progress(f"[{spec.id}] timing against {', '.join(sorted({c.baseline for c in spec.benchmark.checks}))}")
-                    with clock.stage("timing"):
-                        speed, timings = _speed(spec, problem, build.library, archs, options, worker, scratch / "timing")
-                    checks += speed
-                    env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
-        if spec.counters:
-            if not passed:
-                checks += _fill(spec, checks, {Stage.COUNTERS}, Outcome.FAIL, gate)
-            elif not options.counters:
-                checks += _fill(spec, checks, {Stage.COUNTERS}, Outcome.SKIPPED, "hardware counters turned off (--no-counters)")
-            else:
-                checks += counter_checks
-    finally:
-        if options.keep_work is None:
-            shutil.rmtree(scratch, ignore_errors=True)
-    return LabReport(spec.id, spec.title, name, tuple(checks), env, build.kernels, timings, clock.seconds)
+    """Grade one submission for one lab (the engine's per-submission entry point)."""
+    return LabGrading(spec, source, options, progress, display_name).start().finish()
 
 
 # ------------------------------------------------------------------ static
@@ -303,37 +404,74 @@ def _failure_from_task(result: TaskResult, cid: str, stage: Stage, points: float
 
 
 def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: WorkerSession, folder: Path) -> CheckResult:
+    """Run a case ``repeat`` times on the same inputs; the first wrong run decides."""
     cid = f"correctness[{case.label}]"
     inputs, paths = _write_inputs(spec, problem, case.params, case.seed, folder)
     expected = problem.expected(inputs, dict(case.params))
-    task = {
-        "kind": "case", "id": cid, "lib": str(library), "launcher": _launcher_dict(spec),
-        "params": dict(case.params), "inputs": paths, "out_dir": str(folder),
-        "guard": spec.correctness.guard_elements,
-    }
-    result = worker.run(task, spec.correctness.time_limit_s)
-    if result.status != "ok":
-        return _failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
-    problems, details = [], []
-    for name, (before, after) in result.data.get("guard_violations", {}).items():
-        problems.append(f"wrote outside {name}: {before} bytes changed before it, {after} after it")
-    for name in result.data.get("inputs_modified", []):
-        problems.append(f"modified its input {name} (inputs must be left unchanged)")
-    max_err = 0.0
-    for name, want in expected.items():
-        got = np.load(result.data["outputs"][name])
-        cmp = compare(name, got, want, spec.tolerance, case.params, spec.correctness.max_mismatches_shown)
-        max_err = max(max_err, cmp.max_abs_error)
-        if not cmp.ok:
-            problems.append(cmp.summary)
-            details.append(cmp.details())
-    measured = {"max_abs_error": max_err, "seconds": round(result.seconds, 6)}
-    if problems:
-        return CheckResult(cid, Stage.CORRECTNESS, Outcome.FAIL, 0, case.points, "; ".join(problems), "\n".join(details), measured, result.seconds)
+    max_err, seconds, wrong_runs, first_wrong = 0.0, 0.0, 0, None
+    for run in range(case.repeat):
+        task = {
+            "kind": "case", "id": cid, "lib": str(library), "launcher": _launcher_dict(spec),
+            "params": dict(case.params), "inputs": paths, "out_dir": str(folder),
+            "guard": spec.correctness.guard_elements,
+        }
+        result = worker.run(task, spec.correctness.time_limit_s)
+        if result.status != "ok":
+            return _failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
+        seconds += result.seconds
+        problems, details = [], []
+        for name, (before, after) in result.data.get("guard_violations", {}).items():
+            problems.append(f"wrote outside {name}: {before} bytes changed before it, {after} after it")
+        for name in result.data.get("inputs_modified", []):
+            problems.append(f"modified its input {name} (inputs must be left unchanged)")
+        for name, want in expected.items():
+            got = np.load(result.data["outputs"][name])
+            cmp = compare(name, got, want, spec.tolerance, case.params, spec.correctness.max_mismatches_shown)
+            max_err = max(max_err, cmp.max_abs_error)
+            if not cmp.ok:
+                problems.append(cmp.summary)
+                details.append(cmp.details())
+        if problems:
+            wrong_runs += 1
+            first_wrong = first_wrong or (problems, details)
+    measured = {"max_abs_error": max_err, "seconds": round(seconds, 6), "runs": case.repeat, "wrong_runs": wrong_runs}
+    if first_wrong:
+        problems, details = first_wrong
+        message = "; ".join(problems)
+        if case.repeat > 1:
+            message = f"wrong on {wrong_runs} of {case.repeat} runs of the same input (a race?); first: {message}"
+        return CheckResult(cid, Stage.CORRECTNESS, Outcome.FAIL, 0, case.points, message, "\n".join(details), measured, seconds)
+    runs = f", {case.repeat} runs" if case.repeat > 1 else ""
     return CheckResult(
         cid, Stage.CORRECTNESS, Outcome.PASS, case.points, case.points,
-        f"correct (largest error {max_err:.2g})", "", measured, result.seconds,
+        f"correct (largest error {max_err:.2g}{runs})", "", measured, seconds,
     )
+
+
+# ------------------------------------------------------------------ sanitizers
+
+
+def _sanitize(spec: LabSpec, problem, check: SanitizerCheck, library: Path, folder: Path, source_name: str) -> CheckResult:
+    folder.mkdir(parents=True, exist_ok=True)
+    _, paths = _write_inputs(spec, problem, check.params, check.seed, folder)
+    task = {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths, "out_dir": str(folder)}
+    run = sanitizer.run(library, task, check.tool, folder, check.time_limit_s, source_name)
+    case = ",".join(f"{k}={v}" for k, v in check.params.items())
+    if run.skipped:
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.SKIPPED, 0, check.points, run.skipped)
+    if run.error:
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.ERROR, 0, check.points,
+                           f"under compute-sanitizer {check.tool} ({case}): {run.error}", run.log, duration_s=run.seconds)
+    measured = {"errors": run.errors, "case": case, "seconds": round(run.seconds, 2)}
+    if run.errors:
+        first = run.findings[0].replace("\n", " ") if run.findings else "see the details"
+        msg = f"{check.tool} reported {run.errors} error(s) ({sanitizer.WHAT[check.tool]}) on {case}; first: {first}"
+        if check.hint:
+            msg += f". {check.hint}"
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, msg,
+                           "\n\n".join(run.findings) or run.log, measured, run.seconds)
+    return CheckResult(check.id, Stage.SANITIZER, Outcome.PASS, check.points, check.points,
+                       f"{check.tool}: no {sanitizer.WHAT[check.tool]} on {case}", "", measured, run.seconds)
 
 
 # ------------------------------------------------------------------ speed
@@ -431,33 +569,71 @@ def _speed(spec, problem, library, archs, options, worker, folder) -> tuple[list
 # ------------------------------------------------------------------ counters
 
 
+def _counter_value(values: Mapping[str, float], check: CounterCheck) -> float:
+    """The check's figure: the summed metric, divided by the summed ``per`` metric if given."""
+    top = sum(values[m] for m in split_metrics(check.metric))
+    if not check.per:
+        return top
+    bottom = sum(values[m] for m in split_metrics(check.per))
+    return top / bottom if bottom > 0 else math.nan
+
+
+def _fmt_counter(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, options, folder) -> CheckResult:
     folder.mkdir(parents=True, exist_ok=True)
     _, paths = _write_inputs(spec, problem, check.params, check.seed, folder)
     task = {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths, "out_dir": str(folder)}
-    mine = counters.profile(library, {**task, "lib": str(library)}, (check.metric,), folder, check.time_limit_s)
+    metrics = check.metric_names
+    mine = counters.profile(library, {**task, "lib": str(library)}, metrics, folder / "student", check.time_limit_s)
     if mine.skipped:
         return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
     if mine.error:
         return CheckResult(check.id, Stage.COUNTERS, Outcome.ERROR, 0, check.points, f"under the profiler: {mine.error}", mine.log)
-    base_lib = _baseline_library(spec, check.baseline, archs, options)
-    key = f"{gpu_info.name}|{gpu_info.driver}|{check.metric}|{sorted(check.params.items())}|{check.seed}"
-    base = counters.profile(
-        base_lib, {**task, "lib": str(base_lib)}, (check.metric,), folder, check.time_limit_s,
-        cache_key=key, cache_dir=options.cache_dir or nvcc.default_cache_dir(),
-    )
-    if base.skipped or base.error:
-        return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points,
-                           f"the {check.baseline} kernel could not be profiled: {base.skipped or base.error}", base.log)
-    v_student, v_base = mine.values[check.metric], base.values[check.metric]
-    ratio = v_base / v_student if v_student > 0 else math.inf
-    pts = partial_credit(ratio, check.zero, check.full, check.points)
-    msg = (
-        f"{check.what}: {v_student:,.0f} against {v_base:,.0f} for the {check.baseline} kernel, "
-        f"{ratio:.1f}x fewer (full marks at >= {check.full:g}x, none at <= {check.zero:g}x)"
-    )
+    v_student = _counter_value(mine.values, check)
+    v_base, base_error = None, ""
+    if check.baseline:
+        base_lib = _baseline_library(spec, check.baseline, archs, options)
+        key = f"{gpu_info.name}|{gpu_info.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
+        base = counters.profile(
+            base_lib, {**task, "lib": str(base_lib)}, metrics, folder / "baseline", check.time_limit_s,
+            cache_key=key, cache_dir=options.cache_dir or nvcc.default_cache_dir(),
+        )
+        base_error = base.skipped or base.error
+        if not base_error:
+            v_base = _counter_value(base.values, check)
+    measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
+                "profile_seconds": round(mine.seconds, 2)}
+    measured.update({m: mine.values[m] for m in metrics})
+    if v_base is not None:
+        measured[check.baseline] = v_base
+    case = ",".join(f"{k}={v}" for k, v in check.params.items())
+
+    if check.kind == "reduction":
+        if v_base is None:
+            return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points,
+                               f"the {check.baseline} kernel could not be profiled: {base_error}")
+        ratio = v_base / v_student if v_student > 0 else math.inf
+        pts = partial_credit(ratio, check.zero, check.full, check.points)
+        msg = (
+            f"{check.what}: {_fmt_counter(v_student)} against {_fmt_counter(v_base)} for the {check.baseline} kernel "
+            f"({case}), {ratio:.1f}x fewer (full marks at >= {check.full:g}x, none at <= {check.zero:g}x)"
+        )
+        measured["ratio"] = round(ratio, 3) if math.isfinite(ratio) else "inf"
+    else:
+        if math.isnan(v_student):
+            pts = 0.0
+            msg = f"{check.what}: nothing to measure, your kernels executed none of {check.per} ({case})"
+        else:
+            pts = partial_credit(-v_student, -check.zero, -check.full, check.points)
+            msg = f"{check.what}: {_fmt_counter(v_student)} ({case}; full marks at <= {check.full:g}, none at >= {check.zero:g})"
+        if v_base is not None:
+            msg += f"; the {check.baseline} kernel: {_fmt_counter(v_base)}"
     if pts < check.points and check.hint:
         msg += f". {check.hint}"
-    measured = {"student": v_student, check.baseline: v_base, "ratio": round(ratio, 3) if math.isfinite(ratio) else "inf",
-                "kernels": ", ".join(mine.kernels), "profile_seconds": round(mine.seconds, 2)}
-    return CheckResult(check.id, Stage.COUNTERS, Outcome.PASS if pts >= check.points else Outcome.FAIL, pts, check.points, msg, "", measured, mine.seconds)
+    outcome = Outcome.PASS if pts >= check.points else Outcome.FAIL
+    return CheckResult(check.id, Stage.COUNTERS, outcome, pts, check.points, msg, "", measured, mine.seconds)

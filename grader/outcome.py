@@ -22,6 +22,7 @@ class Stage(str, enum.Enum):
     COMPILE = "compile"
     STATIC = "static"
     CORRECTNESS = "correctness"
+    SANITIZER = "sanitizer"
     SPEED = "speed"
     COUNTERS = "counters"
 

@@ -227,3 +227,49 @@ class WorkerSession:
 
     def __exit__(self, *exc) -> None:
         self.kill()
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """One task run by a one-shot worker under an external tool (ncu, compute-sanitizer)."""
+
+    returncode: int | None  # None: killed at the time limit
+    output: str  # the tool's log and console output, cleaned
+    result: dict | None  # what the worker reported, if it got that far
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def run_under_tool(
+    tool_cmd: list[str], task: dict, scratch: Path, time_limit_s: float,
+    log: Path | None = None, extra_env: dict[str, str] | None = None,
+) -> ToolRun:
+    """``tool_cmd python -m grader.worker --job ...`` in its own process group, killed at the limit."""
+    started = time.monotonic()
+    scratch.mkdir(parents=True, exist_ok=True)
+    job, result, console = scratch / "job.json", scratch / "result.json", scratch / "console.txt"
+    result.unlink(missing_ok=True)
+    job.write_text(json.dumps(task))
+    cmd = [*tool_cmd, sys.executable, "-m", "grader.worker", "--job", str(job), "--result", str(result)]
+    with open(console, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=worker_env(extra_env),
+            cwd=scratch, start_new_session=True, preexec_fn=_limit_child,
+        )
+        try:
+            code: int | None = proc.wait(time_limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    text = (log.read_text(errors="replace") if log and log.exists() else "") + "\n" + console.read_text(errors="replace")
+    data = None
+    if result.exists():
+        try:
+            data = json.loads(result.read_text())
+        except ValueError:
+            data = None
+    return ToolRun(code, clean(text), data, time.monotonic() - started)

@@ -135,6 +135,17 @@ def inspect(library: Path) -> CodeFacts:
 
 
 # Static requirements a lab can grade: name -> (test, what it looks for, what the student sees when missing)
+#: What each static requirement asks, for READMEs and reports.
+REQUIREMENT_TEXT = {
+    "shared_memory": "the compiled kernel reads and writes shared memory (SASS LDS/STS)",
+    "constant_memory": "a kernel reads `__constant__` data (SASS `c[0x3][...]`, `CONSTANT[3]` in the resource usage)",
+    "no_local_memory": "no local memory and no register spills (no SASS LDL/STL)",
+    "global_atomics": "atomic operations on global memory (SASS RED/ATOMG)",
+    "shared_atomics": "atomic operations on shared memory (SASS ATOMS)",
+    "atomics": "atomic operations, on global or shared memory (SASS RED/ATOMG/ATOMS)",
+}
+
+
 def requirement_met(facts: CodeFacts, requirement: str) -> tuple[bool, str]:
     """Whether compiled code meets a named requirement, with the evidence in one line."""
     if requirement == "shared_memory":
@@ -151,6 +162,9 @@ def requirement_met(facts: CodeFacts, requirement: str) -> tuple[bool, str]:
     if requirement == "global_atomics":
         n = facts.count(*GLOBAL_ATOMIC_OPS)
         return n > 0, f"{n} global atomic instructions (RED/ATOMG) in the SASS"
+    if requirement == "atomics":
+        g, sh = facts.count(*GLOBAL_ATOMIC_OPS), facts.count(*SHARED_ATOMIC_OPS)
+        return g + sh > 0, f"{g} global (RED/ATOMG) and {sh} shared (ATOMS) atomic instructions in the SASS"
     if requirement == "shared_atomics":
         n = facts.count(*SHARED_ATOMIC_OPS)
         return n > 0, f"{n} shared-memory atomic instructions (ATOMS) in the SASS"

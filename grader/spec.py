@@ -23,7 +23,12 @@ from .errors import SpecError
 Role = Literal["input", "output", "scalar"]
 DType = Literal["float32", "int32", "uint32", "uint8", "int64"]
 CType = Literal["int", "long long", "float"]
-StaticRequirement = Literal["shared_memory", "constant_memory", "no_local_memory", "global_atomics", "shared_atomics"]
+StaticRequirement = Literal[
+    "shared_memory", "constant_memory", "no_local_memory", "global_atomics", "shared_atomics", "atomics"
+]
+SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
+CounterKind = Literal["reduction", "at_most"]
+ParamValue = typing.Union[int, str]
 VerdictName = Literal["pass", "fail", "error", "skipped", "any"]
 
 
@@ -77,10 +82,13 @@ class StaticCheck:
 
 @dataclass(frozen=True)
 class Case:
-    params: Mapping[str, int]
+    """One graded input. Integer parameters size the buffers; text ones pick a generator variant."""
+
+    params: Mapping[str, ParamValue]
     seed: int
     points: float
     name: str = ""
+    repeat: int = 1  # run this many times with fresh outputs; the worst run counts (races)
 
     @property
     def label(self) -> str:
@@ -119,7 +127,7 @@ class SpeedCheck:
 
 @dataclass(frozen=True)
 class Benchmark:
-    params: Mapping[str, int]
+    params: Mapping[str, ParamValue]
     seed: int = 0
     flops: str = "0"
     bytes: str = "0"
@@ -130,16 +138,44 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class CounterCheck:
-    """Credit on baseline_value / student_value of a hardware counter (a reduction factor)."""
+    """A hardware-counter figure, ``metric`` (divided by ``per`` when given), each a sum of metrics.
+
+    ``reduction``: credit on baseline_value / student_value (full at >= full, none at <= zero).
+    ``at_most``: an absolute bound on the student's value (full at <= full, none at >= zero); the
+    baseline, if named, is profiled too and shown for comparison.
+    """
 
     id: str
     metric: str
     what: str
-    baseline: str
-    params: Mapping[str, int]
+    params: Mapping[str, ParamValue]
     seed: int
     full: float
     zero: float
+    points: float
+    kind: CounterKind = "reduction"
+    per: str = ""
+    baseline: str = ""
+    hint: str = ""
+    time_limit_s: float = 120.0
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return split_metrics(self.metric) + split_metrics(self.per)
+
+
+def split_metrics(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split("+") if part.strip())
+
+
+@dataclass(frozen=True)
+class SanitizerCheck:
+    """One launch on a tiny case under compute-sanitizer; any reported error fails it."""
+
+    id: str
+    tool: SanitizerTool
+    params: Mapping[str, ParamValue]
+    seed: int
     points: float
     hint: str = ""
     time_limit_s: float = 120.0
@@ -159,7 +195,9 @@ class LabSpec:
     launcher: Launcher
     tolerance: Tolerance
     correctness: Correctness
+    task: str = ""  # the task for students, Markdown (the lab README is generated around it)
     static: tuple[StaticCheck, ...] = ()
+    sanitizers: tuple[SanitizerCheck, ...] = ()
     benchmark: Optional[Benchmark] = None
     counters: tuple[CounterCheck, ...] = ()
     compile: CompileOptions = field(default_factory=CompileOptions)
@@ -171,6 +209,7 @@ class LabSpec:
         return (
             sum(c.points for c in self.static)
             + sum(c.points for c in self.correctness.cases)
+            + sum(c.points for c in self.sanitizers)
             + (sum(c.points for c in self.benchmark.checks) if self.benchmark else 0)
             + sum(c.points for c in self.counters)
         )
@@ -287,8 +326,13 @@ class _Loader:
         if origin in (typing.Union, types.UnionType):
             if value is None and type(None) in args:
                 return None
-            (inner,) = [a for a in args if a is not type(None)]
-            return self.convert(inner, value, key)
+            inner = [a for a in args if a is not type(None)]
+            for i, option in enumerate(inner):  # first type that takes the value, in declared order
+                try:
+                    return self.convert(option, value, key)
+                except SpecError:
+                    if i == len(inner) - 1:
+                        raise
         if origin is Literal:
             if value not in args:
                 choices = ", ".join(repr(a) for a in args)
@@ -384,9 +428,16 @@ def _validate_lab(spec: LabSpec, path: Path) -> None:
         check_params(case.params, f"correctness.cases[{i}].params")
         if case.label in ids:
             raise fail(f"correctness.cases[{i}]", f"duplicate case {case.label!r}")
+        if case.repeat < 1:
+            raise fail(f"correctness.cases[{i}].repeat", f"must be at least 1, got {case.repeat}")
         ids.add(case.label)
     for i, check in enumerate(spec.static):
         _unique(ids, check.id, fail, f"static[{i}].id")
+    for i, check in enumerate(spec.sanitizers):
+        _unique(ids, check.id, fail, f"sanitizers[{i}].id")
+        check_params(check.params, f"sanitizers[{i}].params")
+        if check.points < 0:
+            raise fail(f"sanitizers[{i}].points", f"points must not be negative, got {check.points}")
     if spec.benchmark:
         check_params(spec.benchmark.params, "benchmark.params")
         for key in ("flops", "bytes"):
@@ -398,9 +449,19 @@ def _validate_lab(spec: LabSpec, path: Path) -> None:
             _unique(ids, check.id, fail, f"benchmark.checks[{i}].id")
             _threshold(check, known_baselines, fail, f"benchmark.checks[{i}]")
     for i, check in enumerate(spec.counters):
-        _unique(ids, check.id, fail, f"counters[{i}].id")
-        check_params(check.params, f"counters[{i}].params")
-        _threshold(check, known_baselines, fail, f"counters[{i}]")
+        key = f"counters[{i}]"
+        _unique(ids, check.id, fail, f"{key}.id")
+        check_params(check.params, f"{key}.params")
+        for field_name in ("metric", "per"):
+            text = getattr(check, field_name)
+            for name in split_metrics(text):
+                if not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", name):
+                    raise fail(f"{key}.{field_name}", f"not an Nsight Compute metric name: {name!r}")
+        if not split_metrics(check.metric):
+            raise fail(f"{key}.metric", "a metric name is needed")
+        if check.kind == "reduction" and not check.baseline:
+            raise fail(f"{key}.baseline", "a 'reduction' counter check compares with a baseline: name one")
+        _threshold(check, known_baselines, fail, key)
 
 
 def _unique(ids: set[str], name: str, fail, key: str) -> None:
@@ -410,11 +471,14 @@ def _unique(ids: set[str], name: str, fail, key: str) -> None:
 
 
 def _threshold(check: SpeedCheck | CounterCheck, known: set[str], fail, key: str) -> None:
-    if check.baseline not in known:
+    if check.baseline and check.baseline not in known:
         near = difflib.get_close_matches(check.baseline, sorted(known), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise fail(f"{key}.baseline", f"unknown baseline {check.baseline!r} (known: {', '.join(sorted(known))}){hint}")
-    if check.full < check.zero:
+    if getattr(check, "kind", "reduction") == "at_most":
+        if check.full > check.zero:
+            raise fail(key, f"an 'at_most' bound needs 'full' ({check.full}) at or below 'zero' ({check.zero})")
+    elif check.full < check.zero:
         raise fail(key, f"'full' ({check.full}) must not be below 'zero' ({check.zero})")
     if check.points < 0:
         raise fail(f"{key}.points", f"points must not be negative, got {check.points}")

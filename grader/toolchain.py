@@ -30,7 +30,7 @@ def _candidates(name: str) -> list[Path]:
 @functools.lru_cache(maxsize=None)
 def find(name: str) -> Path | None:
     """Path of a CUDA tool, or None. ``GRADER_<NAME>`` overrides (e.g. GRADER_NCU=/path/ncu)."""
-    override = os.environ.get(f"GRADER_{name.upper()}")
+    override = os.environ.get(f"GRADER_{name.upper().replace('-', '_')}")
     if override:
         return Path(override) if Path(override).exists() else None
     found = shutil.which(name)

@@ -39,7 +39,7 @@ extern "C" void matmul(const float* M, const float* N, float* P, int width) {
 """
 
 
-REQUIREMENTS = ("shared_memory", "constant_memory", "no_local_memory", "global_atomics", "shared_atomics")
+REQUIREMENTS = ("shared_memory", "constant_memory", "no_local_memory", "global_atomics", "shared_atomics", "atomics")
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +123,8 @@ def test_constant_memory(facts):
 def test_global_atomics(facts):
     atomic = facts["atomic"]
     assert met(atomic, "global_atomics")
+    assert met(atomic, "atomics")
+    assert not met(facts["reference"], "atomics")
     assert atomic.count("RED", "REDG") >= 1  # result unused: a reduction, not ATOMG
     assert atomic.count("ATOMG") == 0
     assert not met(atomic, "shared_atomics")

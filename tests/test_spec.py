@@ -455,3 +455,106 @@ def test_expr_rejects_string_constants_and_syntax_errors():
     with pytest.raises(expr.ExprError, match="not an arithmetic expression"):
         expr.evaluate("1 +", {})
     assert issubclass(expr.ExprError, ValueError)
+
+
+# ------------------------------------------------------------------ keys of the later labs
+
+
+def test_every_lab_in_the_repo_loads():
+    from grader.labs import find_lab, lab_ids
+
+    ids = lab_ids()
+    assert {"tiled_matmul", "memory_types"} <= set(ids)
+    for lab_id in ids:
+        spec = find_lab(lab_id)
+        assert spec.id == lab_id
+        assert spec.task.strip(), f"{lab_id}: the README needs the task text"
+        assert spec.max_points > 0
+
+
+def test_repeat_and_text_parameters(lab_copy):
+    edit(lab_copy, "{params: {width: 16}, seed: 11, points: 2}",
+         "{params: {width: 16, layout: skewed}, seed: 11, points: 2, repeat: 3}")
+    case = load_lab(lab_copy).correctness.cases[0]
+    assert case.repeat == 3
+    assert dict(case.params) == {"width": 16, "layout": "skewed"}
+    assert case.label == "width=16,layout=skewed"
+
+
+def test_repeat_must_be_positive(lab_copy):
+    edit(lab_copy, "{params: {width: 16}, seed: 11, points: 2}", "{params: {width: 16}, seed: 11, points: 2, repeat: 0}")
+    err = spec_error(lab_copy)
+    assert err.key == "correctness.cases[0].repeat" and "at least 1" in str(err)
+
+
+def test_text_parameter_used_as_a_size(lab_copy):
+    edit(lab_copy, "{params: {width: 16}, seed: 11, points: 2}", "{params: {width: sixteen}, seed: 11, points: 2}")
+    err = spec_error(lab_copy)
+    assert err.key == "correctness.cases[0].params"
+    assert "parameter 'width' is text ('sixteen'), not a number" in str(err)
+
+
+SANITIZER = "\nsanitizers:\n  - {id: memcheck_clean, tool: memcheck, params: {width: 16}, seed: 5, points: 2}\n"
+
+
+def test_sanitizer_checks_load_and_count_points(lab_copy):
+    before = load_lab(lab_copy).max_points
+    lab_copy.write_text(lab_copy.read_text() + SANITIZER)
+    spec = load_lab(lab_copy)
+    (check,) = spec.sanitizers
+    assert (check.id, check.tool, dict(check.params), check.points) == ("memcheck_clean", "memcheck", {"width": 16}, 2)
+    assert spec.max_points == before + 2
+
+
+def test_unknown_sanitizer_tool(lab_copy):
+    lab_copy.write_text(lab_copy.read_text() + SANITIZER.replace("tool: memcheck", "tool: memchek"))
+    err = spec_error(lab_copy)
+    assert err.key == "sanitizers[0].tool" and "'memcheck'" in str(err) and "memchek" in str(err)
+
+
+def test_sanitizer_case_needs_the_launcher_parameters(lab_copy):
+    lab_copy.write_text(lab_copy.read_text() + SANITIZER.replace("{width: 16}", "{n: 16}"))
+    err = spec_error(lab_copy)
+    assert err.key == "sanitizers[0].params" and "unknown parameter 'width'" in str(err)
+
+
+AT_MOST = """
+  - id: sectors
+    kind: at_most
+    metric: l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+    per: l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum
+    what: global load sectors per request
+    params: {width: 512}
+    seed: 32
+    full: 5
+    zero: 9
+    points: 1
+"""
+
+
+def test_at_most_counter_without_a_baseline(lab_copy):
+    lab_copy.write_text(lab_copy.read_text() + AT_MOST)
+    check = load_lab(lab_copy).counters[1]
+    assert check.kind == "at_most" and check.baseline == ""
+    assert check.metric_names == ("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
+
+
+def test_at_most_bound_must_have_full_below_zero(lab_copy):
+    lab_copy.write_text(lab_copy.read_text() + AT_MOST.replace("full: 5", "full: 12"))
+    err = spec_error(lab_copy)
+    assert err.key == "counters[1]" and "'full' (12.0) at or below 'zero' (9.0)" in str(err)
+
+
+def test_reduction_counter_needs_a_baseline(lab_copy):
+    lab_copy.write_text(lab_copy.read_text() + AT_MOST.replace("kind: at_most", "kind: reduction").replace("full: 5", "full: 12"))
+    err = spec_error(lab_copy)
+    assert err.key == "counters[1].baseline" and "name one" in str(err)
+
+
+def test_metric_sums_and_bad_metric_names(lab_copy):
+    lab_copy.write_text(lab_copy.read_text() + AT_MOST.replace(
+        "per: l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "per: a.sum + b.sum"))
+    assert load_lab(lab_copy).counters[1].metric_names[1:] == ("a.sum", "b.sum")
+    lab_copy.write_text(lab_copy.read_text().replace("per: a.sum + b.sum", "per: a.sum / b.sum"))
+    err = spec_error(lab_copy)
+    assert err.key == "counters[1].per" and "not an Nsight Compute metric name: 'a.sum / b.sum'" in str(err)

@@ -26,6 +26,7 @@ def score_line(r: LabReport) -> str:
 
 
 def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -> str:
+    reports = list(reports)
     stream = stream or sys.stdout
     color = _use_color(stream)
     out: list[str] = []
@@ -46,6 +47,8 @@ def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -
                 f"{k.spill_store_bytes + k.spill_load_bytes} B spills" for k in r.kernels))
         for lib, row in r.timings.items():
             extra = f", {row['gflops']} GFLOP/s ({row.get('pct_fp32_peak', '?')}% of FP32 peak)" if "gflops" in row else ""
+            if "gbps" in row and "gflops" not in row:
+                extra = f", {row['gbps']} GB/s ({row.get('pct_dram_peak', '?')}% of DRAM peak)"
             noisy = " [noisy: CV above the limit after a re-measure]" if row.get("noisy") else ""
             out.append(f"  time {lib}: median {row['median_ms']:.4f} ms, min {row['min_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}{extra}{noisy}")
         skipped = [c for c in r.checks if c.outcome is Outcome.SKIPPED]
@@ -55,6 +58,11 @@ def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -
         if str(r.environment.get("sandbox", "")).startswith("none"):
             out.append("  note: not sandboxed")
         out.append(f"  {score_line(r)}")
+    if len(reports) > 1:
+        total, total_max = sum(r.score for r in reports), sum(r.max_score for r in reports)
+        skipped = sum(r.skipped_points for r in reports)
+        note = f" ({fmt_points(skipped)} points not checked here)" if skipped else ""
+        out.append(f"== total over {len(reports)} labs: {fmt_points(total)}/{fmt_points(total_max)}{note}")
     return "\n".join(out) + "\n"
 
 

@@ -1,0 +1,100 @@
+"""Grading a whole student repository (the ``student_template/`` layout): every lab, one report.
+
+Labs are started one after another (compile, static checks, correctness, with sanitizer and
+counter runs in the background), and timed only once no profiler or sanitizer is left running,
+so the timed calls have the GPU to themselves. A lab that is missing or breaks the grader gets a
+report that says so; the others are graded as usual.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import GraderError, internal_error_id
+from .grade import GradeOptions, LabGrading, LabReport, Progress, fill_checks, no_progress
+from .labs import find_lab, lab_ids
+from .outcome import CheckResult, Outcome, Stage
+from .spec import LabSpec
+
+#: Where each lab's file lives in a student repository.
+SUBMISSION_PATH = "labs/{lab}/student.cu"
+
+
+def submission_path(repo: Path, lab_id: str) -> Path:
+    return repo / SUBMISSION_PATH.format(lab=lab_id)
+
+
+def _missing(spec: LabSpec, path: Path, display: str) -> LabReport:
+    what = "is a directory, not a file" if path.is_dir() else "not found"
+    compile_check = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0,
+                                f"{display} {what}: the lab's file must be at {SUBMISSION_PATH.format(lab=spec.id)}")
+    checks = [compile_check, *fill_checks(spec, [compile_check], set(Stage), Outcome.FAIL, "not graded: no submission")]
+    return LabReport(spec.id, spec.title, display, tuple(checks))
+
+
+def _crashed(spec: LabSpec, display: str, exc: BaseException) -> LabReport:
+    log = Path(os.environ.get("GRADER_LOG", Path.home() / ".cache" / "cuda-lab-grader" / "internal-errors.log"))
+    short = internal_error_id(exc, log)
+    message = f"internal grader error {short} ({type(exc).__name__}: {exc}); the trace is in {log}"
+    if isinstance(exc, GraderError):
+        message = str(exc)
+    first = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message)
+    checks = [first, *fill_checks(spec, [first], set(Stage), Outcome.ERROR, "not graded: the grader failed on this lab")]
+    return LabReport(spec.id, spec.title, display, tuple(checks))
+
+
+def grade_many(
+    items: list[tuple[LabSpec, Path, str]],
+    options: GradeOptions = GradeOptions(),
+    progress: Progress = no_progress,
+    window: int = 5,
+) -> list[LabReport]:
+    """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
+
+    Within a window every item is started, then all background runs are awaited, then each is
+    timed: a profiler or sanitizer never runs beside a timed call.
+    """
+    reports: list[LabReport | None] = [None] * len(items)
+    for first in range(0, len(items), window):
+        started: list[tuple[int, LabGrading]] = []
+        for i in range(first, min(first + window, len(items))):
+            spec, path, display = items[i]
+            if not path.is_file():
+                progress(f"[{spec.id}] {display} not found: the lab scores 0")
+                reports[i] = _missing(spec, path, display)
+                continue
+            grading = LabGrading(spec, path, options, progress, display_name=display)
+            try:
+                started.append((i, grading.start()))
+            except Exception as exc:  # one submission's failure must not take down the others
+                grading.close()
+                reports[i] = _crashed(spec, display, exc)
+        for _, grading in started:
+            try:
+                grading.wait()
+            except Exception:
+                pass  # finish() reports it
+        for i, grading in started:
+            try:
+                reports[i] = grading.finish()
+            except Exception as exc:
+                grading.close()
+                reports[i] = _crashed(grading.spec, grading.name, exc)
+    return [r for r in reports if r is not None]
+
+
+def grade_repo(
+    repo: Path,
+    options: GradeOptions = GradeOptions(),
+    progress: Progress = no_progress,
+    labs: list[str] | None = None,
+) -> list[LabReport]:
+    """Grade ``labs/<lab>/student.cu`` of every lab (or those named) in ``repo``: one report each."""
+    if not repo.exists():
+        raise GraderError("student repository not found", path=repo)
+    if not repo.is_dir():
+        raise GraderError("expected the folder of a student repository, got a file", path=repo)
+    specs = [find_lab(lab_id) for lab_id in (labs or lab_ids())]
+    items = [(spec, submission_path(repo, spec.id), SUBMISSION_PATH.format(lab=spec.id)) for spec in specs]
+    return grade_many(items, options, progress, window=len(items) or 1)

@@ -1,0 +1,116 @@
+"""compute-sanitizer checks: one launch on a tiny case, without CuPy's memory pool.
+
+The pool rounds allocations up and packs them together, hiding out-of-bounds accesses, so the
+worker runs with plain ``cudaMalloc`` here and memcheck pads every allocation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import toolchain
+from .runner import describe_exit, run_under_tool
+from .textutil import cap_lines
+
+ERROR_EXIT = 86  # what compute-sanitizer exits with when it reported an error
+MEMCHECK_PADDING = 256
+TOOL_FLAGS = {"memcheck": ("--padding", str(MEMCHECK_PADDING)), "racecheck": (), "synccheck": (), "initcheck": ()}
+WHAT = {
+    "memcheck": "out-of-bounds or misaligned memory accesses",
+    "racecheck": "shared-memory data races",
+    "synccheck": "barrier misuse (__syncthreads in divergent code)",
+    "initcheck": "reads of uninitialised global memory",
+}
+
+
+@dataclass(frozen=True)
+class SanitizerRun:
+    errors: int = 0
+    findings: tuple[str, ...] = ()  # the first reports, each a few lines
+    skipped: str = ""  # cannot run here
+    error: str = ""  # the submission failed under the tool in a way the tool did not report
+    log: str = ""
+    seconds: float = 0.0
+
+
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+_RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
+_PREFIX = re.compile(r"^========= ?")
+
+
+def parse(text: str, tool: str) -> tuple[int, list[str]]:
+    """(error count, first findings) from compute-sanitizer's console output."""
+    count = 0
+    race = _RACE_SUMMARY.search(text)
+    if race:
+        count = int(race.group(1))
+    else:
+        summary = _SUMMARY.search(text)
+        count = int(summary.group(1)) if summary else 0
+    findings: list[str] = []
+    block: list[str] = []
+    skip_frames = False
+    for raw in text.splitlines():
+        if not raw.startswith("========="):
+            continue
+        line = _PREFIX.sub("", raw)
+        stripped = line.strip()
+        if not stripped or "SUMMARY" in stripped or stripped == "COMPUTE-SANITIZER":
+            if block:
+                findings.append("\n".join(block))
+                block = []
+            continue
+        if not line.startswith(" "):  # a new report starts unindented
+            if block:
+                findings.append("\n".join(block))
+            block, skip_frames = [stripped], False
+            continue
+        if stripped.startswith("Saved host backtrace") or stripped.startswith("Device Frame"):
+            skip_frames = True
+            continue
+        if skip_frames or stripped.startswith("Host Frame"):
+            continue
+        if block and len(block) < 5:
+            block.append("  " + stripped)
+    if block:
+        findings.append("\n".join(block))
+    findings = [f for f in findings if not f.startswith(("Program hit", "Target application returned"))]
+    return count, findings
+
+
+def run(library: Path, task: dict, tool: str, scratch: Path, time_limit_s: float, source_name: str) -> SanitizerRun:
+    """Run one case task of the worker under ``compute-sanitizer --tool tool``."""
+    exe = toolchain.find("compute-sanitizer")
+    if exe is None:
+        return SanitizerRun(skipped="compute-sanitizer is not installed on this machine")
+    log = scratch / "sanitizer.log"
+    cmd = [
+        str(exe), "--tool", tool, *TOOL_FLAGS[tool], "--error-exitcode", str(ERROR_EXIT),
+        "--print-limit", "20", "--log-file", str(log),
+    ]
+    job = {**task, "lib": str(library), "kind": "case", "memcpy_only": True, "guard": 0}
+    result = run_under_tool(cmd, job, scratch, time_limit_s, log=log, extra_env={"GRADER_NO_POOL": "1"})
+    text = _student_paths(result.output, source_name)
+    if result.timed_out:
+        return SanitizerRun(error=f"did not finish within {time_limit_s:g} s under compute-sanitizer and was killed",
+                            seconds=result.seconds)
+    count, findings = parse(text, tool)
+    if count or result.returncode == ERROR_EXIT:
+        return SanitizerRun(errors=max(count, 1), findings=tuple(findings[:3]), log=cap_lines(text, 60), seconds=result.seconds)
+    if "Unable to find injection library" in text or "Error: Device not supported" in text:
+        return SanitizerRun(skipped=f"compute-sanitizer cannot run on this machine: {cap_lines(text, 3)}", seconds=result.seconds)
+    if result.result is None:
+        code = result.returncode or 0
+        reason = describe_exit(code)[1] if code else "the process ended before it reported"
+        return SanitizerRun(error=reason, log=cap_lines(text, 30), seconds=result.seconds)
+    if result.result.get("status") != "ok":
+        return SanitizerRun(error=result.result.get("error", "failed"), log=cap_lines(text, 30), seconds=result.seconds)
+    return SanitizerRun(seconds=result.seconds)
+
+
+def _student_paths(text: str, source_name: str) -> str:
+    """Show the student's own file name where the sanitizer prints the build copy's path."""
+    base = Path(source_name).name
+    return re.sub(r"(?:/[^\s:]*/)?" + re.escape(base) + r":", source_name + ":", text)
