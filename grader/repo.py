@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from .errors import GraderError, internal_error_id
-from .grade import GradeOptions, LabGrading, LabReport, Progress, fill_checks, no_progress
+from .grade import GradeOptions, LabGrading, prebuild, LabReport, Progress, fill_checks, no_progress
 from .labs import find_lab, lab_ids
 from .outcome import CheckResult, Outcome, Stage
 from .spec import LabSpec
@@ -56,6 +56,9 @@ def grade_many(
     timed: a profiler or sanitizer never runs beside a timed call.
     """
     reports: list[LabReport | None] = [None] * len(items)
+    if len(items) > 1:
+        progress(f"compiling {len(items)} submissions and their baselines")
+        prebuild(items, options)
     for first in range(0, len(items), window):
         started: list[tuple[int, LabGrading]] = []
         for i in range(first, min(first + window, len(items))):

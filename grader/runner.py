@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import select
 import signal
 import subprocess
@@ -35,16 +34,14 @@ class TaskResult:
     seconds: float = 0.0
 
 
-def _limit_child() -> None:
-    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT_BYTES, OUTPUT_LIMIT_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("GRADER_RESULT_FD", None)
+    # The worker caps its own file sizes at start-up: a preexec_fn would not be safe here, where
+    # background threads start processes too (a child can deadlock between fork and exec).
+    env["GRADER_FILE_LIMIT_BYTES"] = str(OUTPUT_LIMIT_BYTES)
     env.update(extra or {})
     return env
 
@@ -91,7 +88,7 @@ class WorkerSession:
                 [sys.executable, "-m", "grader.worker", "--serve"],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(wfd,), env=env, cwd=self.scratch,
-                start_new_session=True, preexec_fn=_limit_child,
+                start_new_session=True,
             )
         finally:
             os.close(wfd)
@@ -257,7 +254,7 @@ def run_under_tool(
     with open(console, "wb") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=worker_env(extra_env),
-            cwd=scratch, start_new_session=True, preexec_fn=_limit_child,
+            cwd=scratch, start_new_session=True,
         )
         try:
             code: int | None = proc.wait(time_limit_s)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import sys
 import time
 import traceback
@@ -387,7 +388,16 @@ def one_shot(job_path: str, result_path: str) -> int:
     return 0
 
 
+def limit_self() -> None:
+    """Cap the size of every file this process writes (runaway prints) and disable core dumps."""
+    limit = int(os.environ.get("GRADER_FILE_LIMIT_BYTES", "0") or 0)
+    if limit:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def main(argv: list[str]) -> int:
+    limit_self()
     if argv[:1] == ["--serve"]:
         return serve()
     if len(argv) == 4 and argv[0] == "--job" and argv[2] == "--result":

@@ -224,3 +224,66 @@ def test_check_lab_spec_error_in_copy(env, tmp_path):
     proc = cli(env, "check-lab", str(yaml_path.parent))  # the folder works too
     assert proc.returncode == 2
     assert f"{yaml_path}: tolerence: unknown key; did you mean 'tolerance'?" in proc.stderr
+
+
+# ------------------------------------------------------------------ a whole student repository
+
+
+def test_grade_repo_of_the_template_gives_one_suite_per_lab(env, tmp_path):
+    from grader.labs import lab_ids
+
+    proc = cli(env, "grade-repo", "student_template", "--out", str(tmp_path), "-q")
+    assert proc.returncode == 0, proc.stderr
+    suites = list(JUnitXml.fromfile(str(tmp_path / "report.xml")))
+    assert [s.name for s in suites] == lab_ids()
+    assert f"== total over {len(lab_ids())} labs: 0/" in proc.stdout
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert [r["lab"] for r in data["labs"]] == lab_ids()
+    assert all(r["submission"] == f"labs/{r['lab']}/student.cu" for r in data["labs"])
+    assert "# CUDA lab grade: 0/" in (tmp_path / "report.md").read_text()
+
+
+def test_grade_repo_with_a_missing_lab_still_grades_the_others(env, tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "labs" / "tiled_matmul").mkdir(parents=True)
+    shutil.copy(ROOT / "reference" / "tiled_matmul" / "reference.cu", repo / "labs" / "tiled_matmul" / "student.cu")
+    (repo / "labs" / "memory_types" / "student.cu").mkdir(parents=True)  # a folder where the file belongs
+    proc = cli(env, "grade-repo", str(repo), "--lab", "tiled_matmul", "--lab", "memory_types", "--lab", "histogram",
+               "--json", str(tmp_path / "r.json"), "-q")
+    assert proc.returncode == 0, proc.stderr
+    labs = {r["lab"]: r for r in json.loads((tmp_path / "r.json").read_text())["labs"]}
+    assert labs["tiled_matmul"]["checks"][0]["outcome"] == "pass"
+    assert labs["tiled_matmul"]["score"] == 2  # the shared-memory check; the rest needs a GPU
+    first = labs["memory_types"]["checks"][0]
+    assert first["outcome"] == "error"
+    assert first["message"] == "labs/memory_types/student.cu is a directory, not a file: the lab's file must be at labs/memory_types/student.cu"
+    assert labs["histogram"]["checks"][0]["message"].startswith("labs/histogram/student.cu not found")
+    assert all(c["outcome"] == "fail" for c in labs["histogram"]["checks"][1:])
+
+
+def test_grade_repo_of_a_file_is_a_clear_error(env):
+    proc = cli(env, "grade-repo", "README.md")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: README.md: expected the folder of a student repository, got a file"
+
+
+def test_grade_repo_fail_under_uses_the_total(env, tmp_path):
+    proc = cli(env, "grade-repo", "student_template", "--lab", "tiled_matmul", "--fail-under", "1", "-q")
+    assert proc.returncode == 1
+    assert "score 0 is below --fail-under 1" in proc.stderr
+
+
+# ------------------------------------------------------------------ instructors' commands
+
+
+def test_readme_check_passes_on_the_committed_readmes(env):
+    proc = cli(env, "readme", "--check")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_validate_without_gpu_compares_what_can_run(env):
+    proc = cli(env, "validate", "tiled_matmul", "-q")
+    assert proc.returncode == 0, proc.stdout
+    assert "== validate tiled_matmul: 12 known solutions" in proc.stdout
+    assert "all verdicts as expected" in proc.stdout
+    assert "checks could not run on this machine and were not compared" in proc.stdout

@@ -49,3 +49,16 @@ def test_every_tool_has_flags_and_a_description():
 
     assert set(get_args(SanitizerTool)) == set(sanitizer.TOOL_FLAGS) == set(sanitizer.WHAT)
     assert sanitizer.TOOL_FLAGS["memcheck"] == ("--padding", "256")
+
+
+def test_memcheck_keeps_the_address_lines():
+    count, findings = sanitizer.parse(read("memcheck.txt"), "memcheck")
+    assert count == 29
+    assert findings[0].splitlines() == [
+        "Invalid __global__ write of size 4 bytes",
+        "  at oob(float *, int)+0x90 in bad.cu:2",
+        "  by thread (100,0,0) in block (0,0,0)",
+        "  Access to 0x7f9c84800190 is out of bounds",
+        "  and is 1 bytes after the nearest allocation at 0x7f9c84800000 of size 400 bytes",
+    ]
+    assert not any("unspecified launch failure" in f or "Host Frame" in f for f in findings)

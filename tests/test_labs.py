@@ -1,0 +1,96 @@
+"""Every lab as instructors see it: READMEs current, known solutions' verdicts (the checks that
+need no GPU run here; the GPU tests run the rest), one lab's failure contained in a batch."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader import readme
+from grader.errors import SpecError
+from grader.grade import GradeOptions, LabGrading
+from grader.labs import find_lab, lab_ids
+from grader.outcome import Outcome
+from grader.repo import grade_many
+from grader.spec import load_lab
+from grader.validate import judge, load_solutions, render, validate
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = lab_ids()
+
+
+def test_the_five_labs_of_the_course_are_there():
+    assert LABS == ["boundary_checks", "corner_turning", "histogram", "memory_types", "tiled_matmul"]
+
+
+@pytest.mark.parametrize("lab_id", LABS)
+def test_readme_is_generated_from_the_yaml(lab_id):
+    spec = find_lab(lab_id)
+    text = readme.render(spec)
+    for path in readme.targets(spec):
+        assert path.read_text(encoding="utf-8") == text, f"{path} is stale: run `cuda-grader readme`"
+    for check in (*spec.static, *spec.sanitizers, *(spec.benchmark.checks if spec.benchmark else ()), *spec.counters):
+        assert f"`{check.id}`" in text
+    assert spec.launcher.name + "(" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lab_id", LABS)
+def test_known_solutions_compile_and_static_verdicts(lab_id):
+    spec = find_lab(lab_id)
+    results = validate(spec, GradeOptions(gpu=False))
+    assert all(r.ok for r in results), render(spec, results)
+    # the GPU checks were skipped, not compared (a file that does not compile has none to skip)
+    assert all(r.unchecked for r in results if r.report.checks[0].outcome is Outcome.PASS)
+
+
+@pytest.fixture
+def lab_copy(tmp_path) -> Path:
+    for part in ("labs/tiled_matmul", "reference/tiled_matmul", "student_template/labs/tiled_matmul"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    shutil.copy(ROOT / "labs" / readme.TEMPLATE, tmp_path / "labs" / readme.TEMPLATE)
+    return tmp_path / "labs" / "tiled_matmul"
+
+
+def test_a_wrong_expectation_is_reported_as_a_mismatch(lab_copy):
+    expected = lab_copy / "solutions" / "expected.yaml"
+    text = expected.read_text()
+    old = "verdicts: {compile: pass, shared_memory_tiles: fail, \"correctness[*]\": error, \"*\": fail}"
+    assert text.count(old) == 4
+    expected.write_text(text.replace(old, old.replace("shared_memory_tiles: fail", "shared_memory_tiles: pass"), 1))
+    spec = load_lab(lab_copy)
+    solutions = [s for s in load_solutions(spec) if s.file.name in ("infinite_loop.cu", "reference.cu")]
+    reports = grade_many([(spec, s.file, s.file.name) for s in solutions], GradeOptions(gpu=False))
+    results = [judge(s, r) for s, r in zip(solutions, reports)]
+    bad = {r.solution.file.name: r for r in results if not r.ok}
+    assert list(bad) == ["infinite_loop.cu"]
+    (m,) = bad["infinite_loop.cu"].mismatches
+    assert (m.check, m.got, m.expected) == ("shared_memory_tiles", "fail", "pass")
+    assert "MISMATCH" in render(spec, results) and "1 of 2 solutions differ" in render(spec, results)
+
+
+def test_an_unlisted_known_solution_is_an_error(lab_copy):
+    (lab_copy / "solutions" / "wrong" / "forgotten.cu").write_text("// not listed\n")
+    with pytest.raises(SpecError, match="wrong/forgotten.cu has no expected verdicts"):
+        load_solutions(load_lab(lab_copy))
+
+
+def test_one_failing_submission_does_not_take_down_the_batch(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADER_LOG", str(tmp_path / "internal-errors.log"))
+    spec = find_lab("tiled_matmul")
+    real_start = LabGrading.start
+
+    def start(self):
+        if self.name == "boom.cu":
+            raise RuntimeError("simulated grader bug")
+        return real_start(self)
+
+    monkeypatch.setattr(LabGrading, "start", start)
+    items = [(spec, spec.files.reference, "boom.cu"), (spec, spec.files.reference, "fine.cu")]
+    boom, fine = grade_many(items, GradeOptions(gpu=False))
+    assert boom.checks[0].outcome is Outcome.ERROR
+    assert "internal grader error" in boom.checks[0].message and "simulated grader bug" in boom.checks[0].message
+    assert all(c.outcome is Outcome.ERROR for c in boom.checks)
+    assert fine.checks[0].outcome is Outcome.PASS and fine.submission == "fine.cu"
