@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, readme
-from .errors import GraderError, internal_error_id
+from .errors import GraderError, internal_error_id, internal_error_log
 from .grade import GradeOptions, LabReport, grade
 from .labs import find_lab, lab_ids
 from .repo import grade_repo
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # anything else is our bug: short id here, full trace in the log
-        log = Path(os.environ.get("GRADER_LOG", Path.home() / ".cache" / "cuda-lab-grader" / "internal-errors.log"))
+        log = internal_error_log()
         short = internal_error_id(exc, log)
         print(f"internal error {short}: {type(exc).__name__}: {exc} (full trace in {log})", file=sys.stderr)
         return EXIT_INTERNAL

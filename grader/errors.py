@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 import uuid
 from pathlib import Path
@@ -37,3 +38,8 @@ def internal_error_id(exc: BaseException, log_path: Path | None = None) -> str:
             fh.write(f"--- internal error {short}\n")
             fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     return short
+
+
+def internal_error_log() -> Path:
+    """Where internal errors' traces go: ``GRADER_LOG`` or the user's cache folder."""
+    return Path(os.environ.get("GRADER_LOG", Path.home() / ".cache" / "cuda-lab-grader" / "internal-errors.log"))

@@ -22,6 +22,7 @@ import numpy as np
 from . import compile as nvcc
 from . import counters, expr, gpu, sanitizer, sass, toolchain
 from .check import compare
+from .errors import internal_error_id, internal_error_log
 from .labs import load_problem
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .runner import TaskResult, WorkerSession
@@ -230,7 +231,7 @@ class LabGrading:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"{spec.id}-tools")
         if spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
-            self.background.append(self._pool.submit(self._timed, "sanitizers", self._sanitizer_checks))
+            self.background.append(self._pool.submit(self._timed, Stage.SANITIZER, self._sanitizer_checks))
         self.worker = WorkerSession(self.scratch)
         with self.clock.stage("correctness"):
             hung = False
@@ -247,15 +248,21 @@ class LabGrading:
                 if not self.counters_started and spec.counters and options.counters and result.outcome is Outcome.PASS:
                     self.counters_started = True
                     self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
-                    self.background.append(self._pool.submit(self._timed, "counters", self._counter_checks))
+                    self.background.append(self._pool.submit(self._timed, Stage.COUNTERS, self._counter_checks))
         return self
 
-    def _timed(self, stage: str, fn: Callable[[], list[CheckResult]]) -> list[CheckResult]:
+    def _timed(self, stage: Stage, fn: Callable[[], list[CheckResult]]) -> list[CheckResult]:
+        """Run a background batch; a grader bug in it becomes errors on its checks, with an id."""
         t0 = time.monotonic()
         try:
             return fn()
+        except Exception as exc:
+            short = internal_error_id(exc, internal_error_log())
+            message = f"internal grader error {short} ({type(exc).__name__}: {exc}); the trace is in {internal_error_log()}"
+            return [CheckResult(cid, st, Outcome.ERROR, 0, pts, message) for cid, st, pts in planned_checks(self.spec) if st is stage]
         finally:
-            self.clock.seconds[stage] = round(time.monotonic() - t0, 3)
+            name = {Stage.SANITIZER: "sanitizers", Stage.COUNTERS: "counters"}.get(stage, stage.value)
+            self.clock.seconds[name] = round(time.monotonic() - t0, 3)
 
     def _sanitizer_checks(self) -> list[CheckResult]:
         assert self.library is not None and self.scratch is not None
@@ -357,7 +364,13 @@ def grade(
     display_name: str | None = None,
 ) -> LabReport:
     """Grade one submission for one lab (the engine's per-submission entry point)."""
-    return LabGrading(spec, source, options, progress, display_name).start().finish()
+    grading = LabGrading(spec, source, options, progress, display_name)
+    try:
+        grading.start()
+    except BaseException:
+        grading.close()
+        raise
+    return grading.finish()
 
 
 # ------------------------------------------------------------------ static

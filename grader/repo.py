@@ -8,10 +8,9 @@ report that says so; the others are graded as usual.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from .errors import GraderError, internal_error_id
+from .errors import GraderError, internal_error_id, internal_error_log
 from .grade import GradeOptions, LabGrading, prebuild, LabReport, Progress, fill_checks, no_progress
 from .labs import find_lab, lab_ids
 from .outcome import CheckResult, Outcome, Stage
@@ -34,7 +33,7 @@ def _missing(spec: LabSpec, path: Path, display: str) -> LabReport:
 
 
 def _crashed(spec: LabSpec, display: str, exc: BaseException) -> LabReport:
-    log = Path(os.environ.get("GRADER_LOG", Path.home() / ".cache" / "cuda-lab-grader" / "internal-errors.log"))
+    log = internal_error_log()
     short = internal_error_id(exc, log)
     message = f"internal grader error {short} ({type(exc).__name__}: {exc}); the trace is in {log}"
     if isinstance(exc, GraderError):

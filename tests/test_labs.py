@@ -94,3 +94,20 @@ def test_one_failing_submission_does_not_take_down_the_batch(monkeypatch, tmp_pa
     assert "internal grader error" in boom.checks[0].message and "simulated grader bug" in boom.checks[0].message
     assert all(c.outcome is Outcome.ERROR for c in boom.checks)
     assert fine.checks[0].outcome is Outcome.PASS and fine.submission == "fine.cu"
+
+
+def test_a_grader_bug_in_a_background_run_becomes_errors_on_its_checks(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADER_LOG", str(tmp_path / "internal-errors.log"))
+    spec = find_lab("histogram")
+    grading = LabGrading(spec, spec.files.reference, GradeOptions(gpu=False))
+
+    def broken():
+        raise RuntimeError("simulated profiler bug")
+
+    from grader.outcome import Stage
+
+    results = grading._timed(Stage.SANITIZER, broken)
+    assert [c.id for c in results] == [s.id for s in spec.sanitizers]
+    assert all(c.outcome is Outcome.ERROR and "simulated profiler bug" in c.message for c in results)
+    assert "simulated profiler bug" in (tmp_path / "internal-errors.log").read_text()
+    assert grading.clock.seconds["sanitizers"] >= 0
