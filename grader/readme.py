@@ -11,7 +11,7 @@ import string
 from pathlib import Path
 
 from . import sanitizer
-from .grade import launcher_prototype
+from .grade import launcher_prototype, planned_checks
 from .outcome import fmt_points
 from .sass import REQUIREMENT_TEXT
 from .spec import LabSpec
@@ -122,6 +122,30 @@ def grading_section(spec: LabSpec) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def common_failures(spec: LabSpec) -> str:
+    """The lab's known-wrong solutions: what each gets wrong and which checks catch it."""
+    from .validate import load_solutions  # validate grades; this module only reads its list
+
+    wrong_dir = (spec.root / "solutions" / "wrong").resolve()
+    lines = []
+    for sol in load_solutions(spec):
+        if sol.file.resolve().parent != wrong_dir:
+            continue
+        caught = [cid for cid, _, _ in planned_checks(spec) if sol.verdict(cid) in ("fail", "error")]
+        cases = [c for c in caught if c.startswith("correctness")]
+        if "compile" in caught:
+            where = "`compile`"
+        elif cases:  # the other checks then fail as "not graded"
+            where = ", ".join(f"`{c}`" for c in cases[:3]) + (f" and {len(cases) - 3} more case{'s' if len(cases) > 4 else ''}" if len(cases) > 3 else "")
+        else:
+            where = ", ".join(f"`{c}`" for c in caught)
+        text = " ".join(sol.why.split())
+        lines.append(f"- {text[0].upper()}{text[1:]}: caught by {where}.")
+    if not lines:
+        return "(none listed)"
+    return "\n".join(lines)
+
+
 def render(spec: LabSpec) -> str:
     template_path = spec.root.parent / TEMPLATE
     template = string.Template(template_path.read_text(encoding="utf-8"))
@@ -133,6 +157,7 @@ def render(spec: LabSpec) -> str:
         task=(spec.task or "(no task text in lab.yaml)").strip(),
         points=fmt_points(spec.max_points),
         grading=grading_section(spec).strip(),
+        failures=common_failures(spec),
     )
     return text.rstrip() + "\n"
 

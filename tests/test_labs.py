@@ -34,6 +34,11 @@ def test_readme_is_generated_from_the_yaml(lab_id):
     for check in (*spec.static, *spec.sanitizers, *(spec.benchmark.checks if spec.benchmark else ()), *spec.counters):
         assert f"`{check.id}`" in text
     assert spec.launcher.name + "(" in text
+    wrong = [s for s in load_solutions(spec) if s.file.parent.name == "wrong"]
+    assert wrong, f"{lab_id} has no known-wrong solutions"
+    for sol in wrong:  # the common failures are the lab's known-wrong solutions
+        why = " ".join(sol.why.split())
+        assert why[1:] in text, why
 
 
 @pytest.mark.slow
