@@ -40,6 +40,12 @@ def internal_error_id(exc: BaseException, log_path: Path | None = None) -> str:
     return short
 
 
+def internal_error_message(exc: BaseException) -> str:
+    """Log an unexpected exception and return what a report shows in its place."""
+    log = internal_error_log()
+    return f"internal grader error {internal_error_id(exc, log)} ({type(exc).__name__}: {exc}); the trace is in {log}"
+
+
 def internal_error_log() -> Path:
     """Where internal errors' traces go: ``GRADER_LOG`` or the user's cache folder."""
     return Path(os.environ.get("GRADER_LOG", Path.home() / ".cache" / "cuda-lab-grader" / "internal-errors.log"))

@@ -22,11 +22,11 @@ import numpy as np
 from . import compile as nvcc
 from . import counters, expr, gpu, sanitizer, sass, toolchain
 from .check import compare
-from .errors import internal_error_id, internal_error_log
+from .errors import internal_error_message
 from .labs import load_problem
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .runner import TaskResult, WorkerSession
-from .spec import Case, CounterCheck, LabSpec, SanitizerCheck, split_metrics
+from .spec import Case, CounterCheck, LabSpec, SanitizerCheck, params_label, split_metrics
 from .timing import summarize
 
 
@@ -257,8 +257,7 @@ class LabGrading:
         try:
             return fn()
         except Exception as exc:
-            short = internal_error_id(exc, internal_error_log())
-            message = f"internal grader error {short} ({type(exc).__name__}: {exc}); the trace is in {internal_error_log()}"
+            message = internal_error_message(exc)
             return [CheckResult(cid, st, Outcome.ERROR, 0, pts, message) for cid, st, pts in planned_checks(self.spec) if st is stage]
         finally:
             name = {Stage.SANITIZER: "sanitizers", Stage.COUNTERS: "counters"}.get(stage, stage.value)
@@ -493,12 +492,17 @@ def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: Work
 # ------------------------------------------------------------------ sanitizers
 
 
-def _sanitize(spec: LabSpec, problem, check: SanitizerCheck, library: Path, folder: Path, source_name: str) -> CheckResult:
+def _tool_task(spec: LabSpec, problem, check: SanitizerCheck | CounterCheck, folder: Path) -> dict:
+    """The one-launch case task a sanitizer or profiler runs, its inputs written to ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     _, paths = _write_inputs(spec, problem, check.params, check.seed, folder)
-    task = {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths, "out_dir": str(folder)}
+    return {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths, "out_dir": str(folder)}
+
+
+def _sanitize(spec: LabSpec, problem, check: SanitizerCheck, library: Path, folder: Path, source_name: str) -> CheckResult:
+    task = _tool_task(spec, problem, check, folder)
     run = sanitizer.run(library, task, check.tool, folder, check.time_limit_s, source_name)
-    case = ",".join(f"{k}={v}" for k, v in check.params.items())
+    case = params_label(check.params)
     if run.skipped:
         return CheckResult(check.id, Stage.SANITIZER, Outcome.SKIPPED, 0, check.points, run.skipped)
     if run.error:
@@ -627,9 +631,7 @@ def _fmt_counter(value: float) -> str:
 
 
 def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, options, folder) -> CheckResult:
-    folder.mkdir(parents=True, exist_ok=True)
-    _, paths = _write_inputs(spec, problem, check.params, check.seed, folder)
-    task = {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths, "out_dir": str(folder)}
+    task = _tool_task(spec, problem, check, folder)
     metrics = check.metric_names
     mine = counters.profile(library, {**task, "lib": str(library)}, metrics, folder / "student", check.time_limit_s)
     if mine.skipped:
@@ -653,7 +655,7 @@ def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, optio
     measured.update({m: mine.values[m] for m in metrics})
     if v_base is not None:
         measured[check.baseline] = v_base
-    case = ",".join(f"{k}={v}" for k, v in check.params.items())
+    case = params_label(check.params)
 
     if check.kind == "reduction":
         if v_base is None:

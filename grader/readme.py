@@ -15,6 +15,7 @@ from .grade import launcher_prototype, planned_checks
 from .outcome import fmt_points
 from .sass import REQUIREMENT_TEXT
 from .spec import LabSpec
+from .validate import load_solutions
 
 TEMPLATE = "README.template.md"
 
@@ -124,8 +125,6 @@ def grading_section(spec: LabSpec) -> str:
 
 def common_failures(spec: LabSpec) -> str:
     """The lab's known-wrong solutions: what each gets wrong and which checks catch it."""
-    from .validate import load_solutions  # validate grades; this module only reads its list
-
     wrong_dir = (spec.root / "solutions" / "wrong").resolve()
     lines = []
     for sol in load_solutions(spec):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import GraderError, internal_error_id, internal_error_log
+from .errors import GraderError, internal_error_message
 from .grade import GradeOptions, LabGrading, prebuild, LabReport, Progress, fill_checks, no_progress
 from .labs import find_lab, lab_ids
 from .outcome import CheckResult, Outcome, Stage
@@ -33,11 +33,8 @@ def _missing(spec: LabSpec, path: Path, display: str) -> LabReport:
 
 
 def _crashed(spec: LabSpec, display: str, exc: BaseException) -> LabReport:
-    log = internal_error_log()
-    short = internal_error_id(exc, log)
-    message = f"internal grader error {short} ({type(exc).__name__}: {exc}); the trace is in {log}"
-    if isinstance(exc, GraderError):
-        message = str(exc)
+    # a user-input problem (say, an unreadable file) is shown as it is, not logged as our bug
+    message = str(exc) if isinstance(exc, GraderError) else internal_error_message(exc)
     first = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message)
     checks = [first, *fill_checks(spec, [first], set(Stage), Outcome.ERROR, "not graded: the grader failed on this lab")]
     return LabReport(spec.id, spec.title, display, tuple(checks))

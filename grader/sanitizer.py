@@ -40,7 +40,7 @@ _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) e
 _PREFIX = re.compile(r"^========= ?")
 
 
-def parse(text: str, tool: str) -> tuple[int, list[str]]:
+def parse(text: str) -> tuple[int, list[str]]:
     """(error count, first findings) from compute-sanitizer's console output."""
     count = 0
     race = _RACE_SUMMARY.search(text)
@@ -96,7 +96,7 @@ def run(library: Path, task: dict, tool: str, scratch: Path, time_limit_s: float
     if result.timed_out:
         return SanitizerRun(error=f"did not finish within {time_limit_s:g} s under compute-sanitizer and was killed",
                             seconds=result.seconds)
-    count, findings = parse(text, tool)
+    count, findings = parse(text)
     if count or result.returncode == ERROR_EXIT:
         return SanitizerRun(errors=max(count, 1), findings=tuple(findings[:3]), log=cap_lines(text, 60), seconds=result.seconds)
     if "Unable to find injection library" in text or "Error: Device not supported" in text:

@@ -92,7 +92,12 @@ class Case:
 
     @property
     def label(self) -> str:
-        return self.name or ",".join(f"{k}={v}" for k, v in self.params.items())
+        return self.name or params_label(self.params)
+
+
+def params_label(params: Mapping[str, ParamValue]) -> str:
+    """How reports name a case: ``m=17,n=33,k=9``."""
+    return ",".join(f"{k}={v}" for k, v in params.items())
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ def read(name: str) -> str:
 
 
 def test_racecheck_counts_errors_not_hazards():
-    count, findings = sanitizer.parse(read("racecheck.txt"), "racecheck")
+    count, findings = sanitizer.parse(read("racecheck.txt"))
     assert count == 1
     assert findings[0].splitlines()[0] == "Error: Race reported between Write access at race(int *)+0xa0 in bad.cu:3"
     assert "Read access at race(int *)+0xb0 in bad.cu:3 [128 hazards]" in findings[0]
 
 
 def test_synccheck_findings_drop_host_frames():
-    count, findings = sanitizer.parse(read("synccheck.txt"), "synccheck")
+    count, findings = sanitizer.parse(read("synccheck.txt"))
     assert count == 16
     assert len(findings) == 3
     assert findings[0].splitlines() == [
@@ -32,7 +32,7 @@ def test_synccheck_findings_drop_host_frames():
 
 
 def test_clean_run_has_no_findings():
-    assert sanitizer.parse(read("clean.txt"), "memcheck") == (0, [])
+    assert sanitizer.parse(read("clean.txt")) == (0, [])
 
 
 def test_build_paths_become_the_students_file_name():
@@ -52,7 +52,7 @@ def test_every_tool_has_flags_and_a_description():
 
 
 def test_memcheck_keeps_the_address_lines():
-    count, findings = sanitizer.parse(read("memcheck.txt"), "memcheck")
+    count, findings = sanitizer.parse(read("memcheck.txt"))
     assert count == 29
     assert findings[0].splitlines() == [
         "Invalid __global__ write of size 4 bytes",
