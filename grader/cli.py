@@ -80,7 +80,20 @@ def _grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
     p.add_argument("--cache-dir", type=Path, help="build cache (default: ~/.cache/cuda-lab-grader or $GRADER_CACHE_DIR)")
     p.add_argument("--keep-work", type=Path, help="keep the worker's files (inputs, outputs, logs) under this folder")
+    p.add_argument("--no-sandbox", action="store_true", help="run compile and run steps outside bubblewrap even where it is installed")
+    p.add_argument("--time-limit", type=_seconds, default=GradeOptions.submission_limit_s, metavar="SECONDS",
+                   help="the most one submission's grading may take, per lab (default: %(default)g)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress messages")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def _options(args: argparse.Namespace) -> GradeOptions:
@@ -91,6 +104,8 @@ def _options(args: argparse.Namespace) -> GradeOptions:
         counters=not args.no_counters,
         gpu=not args.no_gpu,
         keep_work=args.keep_work,
+        sandbox=not args.no_sandbox,
+        submission_limit_s=args.time_limit,
     )
 
 

@@ -17,10 +17,15 @@ from pathlib import Path
 
 from . import toolchain
 from .errors import GraderError
+from .sandbox import Sandbox
 from .textutil import cap_lines, clean
 
 SUPPORT_SOURCE = Path(__file__).parent / "cuda" / "support.cu"
-CACHE_VERSION = "1"
+SUPPORT_NAME = "grader-support.cu"
+CACHE_VERSION = "2"
+# Address space for nvcc and its children: a template bomb fails instead of swapping the machine.
+# (Only the compiler: CUDA programs reserve huge virtual ranges and break under RLIMIT_AS.)
+COMPILE_MEMORY_LIMIT_BYTES = 8 << 30
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,7 @@ def build(
     time_limit_s: float = 120.0,
     display_name: str | None = None,
     exports: tuple[str, ...] = (),
+    sandbox: Sandbox | None = None,
 ) -> BuildResult:
     """Compile ``source`` with ``header`` force-included into a shared object.
 
@@ -114,6 +120,7 @@ def build(
         json.dumps(cmd_flags).encode(),
         toolchain.nvcc_version().encode(),
         display.encode(),
+        b"sandboxed" if sandbox is not None and sandbox.active else b"open",
     ):
         key.update(hashlib.sha256(part).digest())
     digest = key.hexdigest()[:32]
@@ -139,16 +146,14 @@ def build(
         local_src.write_bytes(src_bytes)
         local_hdr = work / header.name
         local_hdr.write_bytes(header.read_bytes())
-        cmd = [
-            str(nvcc),
-            *cmd_flags,
-            "-include",
-            header.name,
-            "-o",
-            "lib.so",
-            str(rel),
-            str(SUPPORT_SOURCE),
-        ]
+        (work / SUPPORT_NAME).write_bytes(SUPPORT_SOURCE.read_bytes())
+        cmd = [str(nvcc), *cmd_flags, "-include", header.name, "-o", "lib.so", str(rel), SUPPORT_NAME]
+        prlimit = shutil.which("prlimit")
+        if prlimit:
+            cmd = [prlimit, f"--as={COMPILE_MEMORY_LIMIT_BYTES}", "--", *cmd]
+        if sandbox is not None:
+            cuda_root = nvcc.resolve().parent.parent
+            cmd = sandbox.wrap(cmd, read_only=(cuda_root,), writable=(work,), cwd=work)
         timed_out = False
         proc = subprocess.Popen(
             cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -161,7 +166,7 @@ def build(
             os.killpg(proc.pid, signal.SIGKILL)  # nvcc's children (cudafe++, cicc, ptxas) too
             output, _ = proc.communicate()
             timed_out, rc = True, -1
-        output = output.replace(str(work) + "/", "").replace(str(SUPPORT_SOURCE), "grader-support.cu")
+        output = output.replace(str(work) + "/", "")
         ok = rc == 0 and (work / "lib.so").exists()
         kernels = parse_ptxas(output, archs[0] if archs else None) if ok else ()
         if timed_out:
@@ -295,7 +300,7 @@ def student_log(output: str, max_lines: int = 60) -> str:
 def summarize_errors(output: str, display: str) -> str:
     """One line naming the first error and where it is."""
     log = student_log(output, max_lines=10_000)
-    errors = [l for l in log.splitlines() if re.search(r":\d+: (catastrophic )?error", l)]
+    errors = [l for l in log.splitlines() if re.search(r":\d+:(\d+:)? (catastrophic error|fatal error|error)", l)]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return f"compile error: {errors[0].strip()}{more}"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from . import toolchain
-from .runner import describe_exit, run_under_tool
+from .runner import Isolation, describe_exit, run_under_tool
 from .textutil import cap_lines
 
 
@@ -68,6 +68,7 @@ def profile(
     metrics: tuple[str, ...],
     scratch: Path,
     time_limit_s: float,
+    isolation: Isolation,
     cache_key: str | None = None,
     cache_dir: Path | None = None,
 ) -> CounterRun:
@@ -87,7 +88,7 @@ def profile(
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
         "--clock-control", "none", "--log-file", str(log), "-f",
     ]
-    run = run_under_tool(cmd, {**task, "kind": "case", "memcpy_only": True, "guard": 0}, scratch, time_limit_s, log=log)
+    run = run_under_tool(cmd, {**task, "kind": "case", "memcpy_only": True, "guard": 0}, scratch, time_limit_s, isolation, log=log)
     text, seconds = run.output, run.seconds
     if run.timed_out:
         return CounterRun(error=f"did not finish within {time_limit_s:g} s under the profiler and was killed", seconds=seconds)

@@ -6,6 +6,7 @@ submission (they become check results) and is safe to call many times in one pro
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import shutil
@@ -21,14 +22,14 @@ import numpy as np
 
 from . import compile as nvcc
 from . import counters, expr, gpu, sanitizer, sass, toolchain
+from . import sandbox as sandboxing
 from .check import compare
 from .errors import internal_error_message
 from .labs import load_problem
 from .outcome import CheckResult, Outcome, Stage, partial_credit
-from .runner import TaskResult, WorkerSession
+from .runner import Isolation, TaskResult, WorkerSession
 from .spec import Case, CounterCheck, LabSpec, SanitizerCheck, params_label, split_metrics
-from .timing import summarize
-
+from .timing import should_stop, summarize
 
 
 def default_archs() -> tuple[str, ...]:
@@ -46,6 +47,27 @@ class GradeOptions:
     counters: bool = True
     gpu: bool = True  # False: run only the checks that need no GPU
     keep_work: Path | None = None  # keep worker files under this folder
+    sandbox: bool = True  # run compile and run steps in bubblewrap where it is installed
+    submission_limit_s: float = 600.0  # all of one submission's grading, compile to counters
+    secret: str | None = None  # seeds the graded inputs; default: $GRADER_SECRET, else new per run
+
+
+#: Graded inputs come from this secret unless one is given: never written where the worker can read.
+_RUN_SECRET = os.urandom(16).hex()
+
+
+def secret_seed(options: GradeOptions, lab: str, what: str, seed: int) -> int:
+    """The seed actually used for a graded input: the YAML seed mixed with the run's secret.
+
+    Students know the YAML seeds; they cannot know the secret, so outputs cannot be precomputed.
+    """
+    secret = options.secret or os.environ.get("GRADER_SECRET") or _RUN_SECRET
+    digest = hashlib.sha256(f"{secret}|{lab}|{what}|{seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def sandbox_for(options: GradeOptions) -> sandboxing.Sandbox:
+    return sandboxing.detect() if options.sandbox else sandboxing.Sandbox(None, reason="turned off (--no-sandbox)")
 
 
 @dataclass(frozen=True)
@@ -87,13 +109,15 @@ def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs
     for grading to report.
     """
     archs = archs_for(options, probe_for(options))
-    builds = {(spec.id, path, display): spec for spec, path, display in items if path.is_file()}
+    sandbox = sandbox_for(options)
+    builds = {(spec.id, path, display): (spec, sandbox) for spec, path, display in items if path.is_file()}
     for spec, _, _ in items:
         if options.gpu:
             for name in {"reference", *spec.files.baselines}:
-                builds[(spec.id, spec.baseline_source(name), None)] = spec
+                builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
     with ThreadPoolExecutor(max_workers=jobs or max(1, min(8, os.cpu_count() or 1))) as pool:
-        futures = [pool.submit(_build, spec, path, archs, options, display) for (_, path, display), spec in builds.items()]
+        futures = [pool.submit(_build, spec, path, archs, options, display, box)
+                   for (_, path, display), (spec, box) in builds.items()]
         for future in futures:
             try:
                 future.result()
@@ -162,6 +186,9 @@ class LabGrading:
         self.spec, self.source, self.options, self.progress = spec, source, options, progress
         self.name = display_name or source.name
         self.clock = _Clock()
+        self.sandbox = sandbox_for(options)
+        self.deadline = time.monotonic() + options.submission_limit_s
+        self.baselines: WorkerSession | None = None
         self.checks: list[CheckResult] = []
         self.env: dict[str, object] = {}
         self.timings: dict[str, Mapping[str, float]] = {}
@@ -183,8 +210,7 @@ class LabGrading:
         spec, options = self.spec, self.options
         probe = self.probe = probe_for(options)
         self.archs = archs_for(options, probe)
-        self.env.update(nvcc=toolchain.nvcc_version(), archs=",".join(self.archs),
-                        sandbox="none (the submission ran without a sandbox)")
+        self.env.update(nvcc=toolchain.nvcc_version(), archs=",".join(self.archs), sandbox=self.sandbox.describe())
         if probe.gpu:
             self.env.update(gpu=probe.gpu.name, compute_capability="%d.%d" % probe.gpu.compute_capability,
                             driver=probe.gpu.driver)
@@ -194,7 +220,7 @@ class LabGrading:
 
         self.progress(f"[{spec.id}] compiling {self.name} for {', '.join(self.archs)}")
         with self.clock.stage("compile"):
-            build = _build(spec, self.source, self.archs, options, display_name=self.name)
+            build = _build(spec, self.source, self.archs, options, display_name=self.name, sandbox=self.sandbox)
         self.env["build_cached"] = build.cached
         if not build.ok:
             message = build.message
@@ -232,17 +258,28 @@ class LabGrading:
         if spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
             self.background.append(self._pool.submit(self._timed, Stage.SANITIZER, self._sanitizer_checks))
-        self.worker = WorkerSession(self.scratch)
+        self.worker = WorkerSession(self.scratch, self.isolation(build.library))
+        if spec.benchmark and spec.benchmark.checks and options.timing:
+            # the baselines are timed in a worker of their own, which no student code can reach;
+            # it starts now, beside the correctness cases
+            self.baselines = WorkerSession(self.scratch / "baselines", Isolation(self.sandbox, trusted=True, cupy_cache=self.cupy_cache))
+            self.baselines.spawn()
         with self.clock.stage("correctness"):
             hung = False
             cases = spec.correctness.cases
             for i, case in enumerate(cases):
+                cid = f"correctness[{case.label}]"
                 if hung:  # a kernel that hangs once hangs again: do not wait out every limit
-                    self.checks.append(CheckResult(f"correctness[{case.label}]", Stage.CORRECTNESS, Outcome.ERROR, 0, case.points,
+                    self.checks.append(CheckResult(cid, Stage.CORRECTNESS, Outcome.ERROR, 0, case.points,
                                                    "not run: an earlier case did not finish"))
                     continue
+                if self.time_left() <= 0:
+                    self.checks.append(CheckResult(cid, Stage.CORRECTNESS, Outcome.ERROR, 0, case.points, self.out_of_time()))
+                    continue
                 self.progress(f"[{spec.id}] correctness {i + 1}/{len(cases)}: {case.label}")
-                result = _correctness(spec, self.problem, case, build.library, self.worker, self.scratch / f"case{i}")
+                seed = secret_seed(options, spec.id, cid, case.seed)
+                result = _correctness(spec, self.problem, case, build.library, self.worker, self.scratch / f"case{i}",
+                                      seed, self.time_left(spec.correctness.time_limit_s))
                 self.checks.append(result)
                 hung = result.measured.get("status") == "timeout"
                 if not self.counters_started and spec.counters and options.counters and result.outcome is Outcome.PASS:
@@ -250,6 +287,21 @@ class LabGrading:
                     self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
                     self.background.append(self._pool.submit(self._timed, Stage.COUNTERS, self._counter_checks))
         return self
+
+    @property
+    def cupy_cache(self) -> Path:
+        return (self.options.cache_dir or nvcc.default_cache_dir()) / "cupy-kernels"
+
+    def isolation(self, library: Path) -> Isolation:
+        """How the student's code runs: sandboxed, seeing its library and the lab's generator."""
+        return Isolation(self.sandbox, read_only=(library, self.spec.files.problem), cupy_cache=self.cupy_cache)
+
+    def time_left(self, limit: float = math.inf) -> float:
+        """Seconds a step may take: its own limit, within what is left of the submission's."""
+        return max(0.0, min(limit, self.deadline - time.monotonic()))
+
+    def out_of_time(self) -> str:
+        return f"not run: grading this submission reached its time limit of {self.options.submission_limit_s:g} s"
 
     def _timed(self, stage: Stage, fn: Callable[[], list[CheckResult]]) -> list[CheckResult]:
         """Run a background batch; a grader bug in it becomes errors on its checks, with an id."""
@@ -266,7 +318,8 @@ class LabGrading:
     def _sanitizer_checks(self) -> list[CheckResult]:
         assert self.library is not None and self.scratch is not None
         return [
-            _sanitize(self.spec, self.problem, check, self.library, self.scratch / f"sanitizer-{check.id}", self.name)
+            _sanitize(self.spec, self.problem, check, self.library, self.scratch / f"sanitizer-{check.id}", self.name,
+                      self.isolation(self.library), self.time_left(check.time_limit_s))
             for check in self.spec.sanitizers
         ]
 
@@ -274,7 +327,7 @@ class LabGrading:
         assert self.library is not None and self.scratch is not None and self.probe is not None
         return [
             _counter(self.spec, self.problem, check, self.library, self.archs, self.probe.gpu, self.options,
-                     self.scratch / f"ncu-{check.id}")
+                     self.scratch / f"ncu-{check.id}", self.isolation(self.library), self.time_left(check.time_limit_s))
             for check in self.spec.counters
         ]
 
@@ -321,11 +374,15 @@ class LabGrading:
                 self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.FAIL, gate)
             elif not options.timing:
                 self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.SKIPPED, "timing turned off (--no-timing)")
+            elif self.time_left() <= 0:
+                self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.ERROR, self.out_of_time())
             else:
-                assert self.worker is not None and self.library is not None
+                assert self.worker is not None and self.library is not None and self.baselines is not None
                 self.progress(f"[{spec.id}] timing against {', '.join(sorted({c.baseline for c in spec.benchmark.checks}))}")
                 with self.clock.stage("timing"):
-                    speed, timings = _speed(spec, self.problem, self.library, self.archs, options, self.worker, self.scratch / "timing")
+                    seed = secret_seed(options, spec.id, "timing", spec.benchmark.seed)
+                    speed, timings = _speed(spec, self.problem, self.library, self.archs, options, self.worker,
+                                            self.baselines, self.scratch / "timing", seed, self.deadline)
                 self.checks += speed
                 self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
                 self.timings = timings
@@ -346,9 +403,10 @@ class LabGrading:
                 future.cancel()
             self._pool.shutdown(wait=True)
             self._pool = None
-        if self.worker is not None:
-            self.worker.kill()
-            self.worker = None
+        for session in (self.worker, self.baselines):
+            if session is not None:
+                session.kill()
+        self.worker = self.baselines = None
         if self.scratch is not None and self.options.keep_work is None:
             shutil.rmtree(self.scratch, ignore_errors=True)
         self.scratch = None
@@ -444,10 +502,11 @@ def _failure_from_task(result: TaskResult, cid: str, stage: Stage, points: float
     return CheckResult(cid, stage, Outcome.ERROR, 0, points, msg, details, {"status": result.status}, result.seconds)
 
 
-def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: WorkerSession, folder: Path) -> CheckResult:
+def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: WorkerSession, folder: Path,
+                 seed: int, time_limit_s: float) -> CheckResult:
     """Run a case ``repeat`` times on the same inputs; the first wrong run decides."""
     cid = f"correctness[{case.label}]"
-    inputs, paths = _write_inputs(spec, problem, case.params, case.seed, folder)
+    inputs, paths = _write_inputs(spec, problem, case.params, seed, folder)
     expected = problem.expected(inputs, dict(case.params))
     max_err, seconds, wrong_runs, first_wrong = 0.0, 0.0, 0, None
     for run in range(case.repeat):
@@ -456,7 +515,7 @@ def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: Work
             "params": dict(case.params), "inputs": paths, "out_dir": str(folder),
             "guard": spec.correctness.guard_elements,
         }
-        result = worker.run(task, spec.correctness.time_limit_s)
+        result = worker.run(task, time_limit_s)
         if result.status != "ok":
             return _failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
         seconds += result.seconds
@@ -499,9 +558,10 @@ def _tool_task(spec: LabSpec, problem, check: SanitizerCheck | CounterCheck, fol
     return {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths, "out_dir": str(folder)}
 
 
-def _sanitize(spec: LabSpec, problem, check: SanitizerCheck, library: Path, folder: Path, source_name: str) -> CheckResult:
+def _sanitize(spec: LabSpec, problem, check: SanitizerCheck, library: Path, folder: Path, source_name: str,
+              isolation: Isolation, time_limit_s: float) -> CheckResult:
     task = _tool_task(spec, problem, check, folder)
-    run = sanitizer.run(library, task, check.tool, folder, check.time_limit_s, source_name)
+    run = sanitizer.run(library, task, check.tool, folder, time_limit_s, source_name, isolation)
     case = params_label(check.params)
     if run.skipped:
         return CheckResult(check.id, Stage.SANITIZER, Outcome.SKIPPED, 0, check.points, run.skipped)
@@ -523,11 +583,16 @@ def _sanitize(spec: LabSpec, problem, check: SanitizerCheck, library: Path, fold
 # ------------------------------------------------------------------ speed
 
 
-def _build(spec: LabSpec, source: Path, archs, options: GradeOptions, display_name: str | None = None) -> nvcc.BuildResult:
-    """Any build for a lab: its header, flags and time limit, and its launcher required."""
+def _build(spec: LabSpec, source: Path, archs, options: GradeOptions, display_name: str | None = None,
+           sandbox: sandboxing.Sandbox | None = None) -> nvcc.BuildResult:
+    """Any build for a lab: its header, flags and time limit, and its launcher required.
+
+    Students' files compile in the ``sandbox``; the course's own baselines do not need it.
+    """
     return nvcc.build(
         source, spec.files.header, archs, flags=spec.compile.flags, cache_dir=options.cache_dir,
         time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,), display_name=display_name,
+        sandbox=sandbox,
     )
 
 
@@ -538,24 +603,85 @@ def _baseline_library(spec: LabSpec, name: str, archs, options: GradeOptions) ->
     return build.library
 
 
-def _speed(spec, problem, library, archs, options, worker, folder) -> tuple[list[CheckResult], dict]:
+# A sample whose wall-clock time (call to device-wide synchronize) exceeds its event time by more
+# than this was not finished on the legacy stream when the launcher returned: it is timed by the
+# wall clock instead (work on another stream, or deferred, still counts).
+WALL_SLACK = 1.25
+WALL_MARGIN_MS = 0.05
+
+
+class _SampleFailed(Exception):
+    def __init__(self, who: str, result: TaskResult):
+        super().__init__(result.reason)
+        self.who, self.result = who, result
+
+
+def _speed(spec, problem, library, archs, options, worker, baselines_worker, folder, seed, deadline) -> tuple[list[CheckResult], dict]:
+    """Time the student's launcher against the baselines, interleaved sample by sample.
+
+    The baselines run in a trusted worker of their own; the student's in the sandboxed one.
+    """
     bench = spec.benchmark
     folder.mkdir(parents=True, exist_ok=True)
     baselines = sorted({c.baseline for c in bench.checks})
     libs = {b: str(_baseline_library(spec, b, archs, options)) for b in baselines}
-    libs["student"] = str(library)  # last: the buffers end holding its output
-    task = {
-        "kind": "timing", "id": "timing", "libs": libs, "launcher": _launcher_dict(spec),
-        "params": dict(bench.params), "problem": str(spec.files.problem), "seed": bench.seed,
-        "timing": bench.timing.__dict__, "out_dir": str(folder),
-    }
-    result = worker.run(task, bench.time_limit_s)
-    if result.status != "ok":
-        failure = _failure_from_task(result, "timing", Stage.SPEED, 0)
+    common = {"launcher": _launcher_dict(spec), "params": dict(bench.params), "problem": str(spec.files.problem), "seed": seed}
+    owner = {**{b: baselines_worker for b in baselines}, "student": worker}
+    names = [*baselines, "student"]
+    cfg = bench.timing
+
+    def limit() -> float:
+        return max(0.0, min(bench.time_limit_s, deadline - time.monotonic()))
+
+    def call(who: str, task: dict) -> TaskResult:
+        result = owner[who].run(task, limit())
+        if result.status != "ok":
+            raise _SampleFailed(who, result)
+        return result
+
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    walls: dict[str, list[float]] = {n: [] for n in names}
+    by_wall = 0
+    try:
+        device = call(baselines[0], {"kind": "timing_open", "libs": libs, "measure_copy": True, **common}).data["device"]
+        call("student", {"kind": "timing_open", "libs": {"student": str(library)}, **common})
+
+        def take(n: str) -> None:
+            nonlocal by_wall
+            data = call(n, {"kind": "timing_sample", "lib": n}).data
+            late = data["wall_ms"] > data["ms"] * WALL_SLACK + WALL_MARGIN_MS
+            samples[n].append(data["wall_ms"] if late else data["ms"])
+            walls[n].append(data["wall_ms"])
+            by_wall += late and n == "student"
+
+        for n in names:  # warm up
+            t_end = time.monotonic() + cfg.warmup_s
+            take(n)
+            while time.monotonic() < t_end:
+                take(n)
+        remeasured = False
+        while True:
+            for n in names:
+                samples[n].clear(), walls[n].clear()
+            by_wall = 0
+            t_start = time.monotonic()
+            while not should_stop(samples, time.monotonic() - t_start, min_samples=cfg.min_samples,
+                                  max_samples=cfg.max_samples, target_rse=cfg.target_rse, budget_s=cfg.budget_s):
+                for n in names:
+                    take(n)
+            noisy = [n for n in names if summarize(samples[n]).cv > cfg.max_cv]
+            if not noisy or remeasured:
+                break
+            remeasured = True
+        data = call("student", {"kind": "timing_close", "out_dir": str(folder)}).data
+    except _SampleFailed as failed:
+        if failed.who != "student":
+            raise RuntimeError(f"the {failed.who} kernel could not be timed: {failed.result.reason}") from None
+        failure = _failure_from_task(failed.result, "timing", Stage.SPEED, 0)
         return [CheckResult(c.id, Stage.SPEED, Outcome.ERROR, 0, c.points, f"while timing: {failure.message}", failure.details) for c in bench.checks], {}
-    data = result.data
-    stats = {n: summarize(data["samples_ms"][n], data["wall_ms"][n]) for n in libs}
-    device = data.get("device", {})
+    finally:
+        baselines_worker.kill()  # frees its GPU memory before anything else is timed
+    stats = {n: summarize(samples[n], walls[n]) for n in names}
     flops = float(expr.evaluate(bench.flops, bench.params))
     nbytes = float(expr.evaluate(bench.bytes, bench.params))
     timings: dict = {"_device": device}
@@ -570,9 +696,13 @@ def _speed(spec, problem, library, archs, options, worker, folder) -> tuple[list
             row["gbps"] = round(nbytes / secs / 1e9, 1)
             if device.get("peak_dram_gbps"):
                 row["pct_dram_peak"] = round(100 * row["gbps"] / device["peak_dram_gbps"], 1)
-        row["noisy"] = n in data.get("noisy", [])
+        row["noisy"] = n in noisy
         timings[n] = row
+    timings["student"]["samples_timed_by_wall_clock"] = by_wall
 
+    if data.get("inputs_modified"):
+        msg = f"modified its input {', '.join(data['inputs_modified'])} during timed calls (inputs must be left unchanged)"
+        return [CheckResult(c.id, Stage.SPEED, Outcome.FAIL, 0, c.points, msg) for c in bench.checks], timings
     # the output of the last timed call must be right: result caching or skipped work cannot pay
     inputs = {k: np.load(v) for k, v in data["check_inputs"].items()}
     want = problem.expected(inputs, dict(bench.params))
@@ -595,6 +725,10 @@ def _speed(spec, problem, library, archs, options, worker, folder) -> tuple[list
         )
         return [CheckResult(c.id, Stage.SPEED, Outcome.ERROR, 0, c.points, msg) for c in bench.checks], timings
 
+    late = ""
+    if by_wall:
+        late = (f"; {by_wall} of {student.n} samples were timed by the wall clock, because work was still running "
+                "when your launcher returned (launch on the default stream, as the lab asks)")
     out = []
     for c in bench.checks:
         base = stats[c.baseline]
@@ -603,6 +737,7 @@ def _speed(spec, problem, library, archs, options, worker, folder) -> tuple[list
         msg = (
             f"{ratio:.2f}x the speed of the {c.baseline} kernel (full marks at >= {c.full:g}x, none at <= {c.zero:g}x): "
             f"yours {student.median_ms:.3f} ms, {c.baseline} {base.median_ms:.3f} ms (medians of {student.n} and {base.n})"
+            f"{late}"
         )
         if pts < c.points and c.hint:
             msg += f". {c.hint}"
@@ -630,10 +765,11 @@ def _fmt_counter(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
-def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, options, folder) -> CheckResult:
+def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, options, folder,
+             isolation: Isolation, time_limit_s: float) -> CheckResult:
     task = _tool_task(spec, problem, check, folder)
     metrics = check.metric_names
-    mine = counters.profile(library, {**task, "lib": str(library)}, metrics, folder / "student", check.time_limit_s)
+    mine = counters.profile(library, {**task, "lib": str(library)}, metrics, folder / "student", time_limit_s, isolation)
     if mine.skipped:
         return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
     if mine.error:
@@ -645,7 +781,7 @@ def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, optio
         key = f"{gpu_info.name}|{gpu_info.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
         base = counters.profile(
             base_lib, {**task, "lib": str(base_lib)}, metrics, folder / "baseline", check.time_limit_s,
-            cache_key=key, cache_dir=options.cache_dir or nvcc.default_cache_dir(),
+            Isolation(isolation.sandbox, trusted=True, cupy_cache=isolation.cupy_cache), cache_key=key, cache_dir=options.cache_dir or nvcc.default_cache_dir(),
         )
         base_error = base.skipped or base.error
         if not base_error:

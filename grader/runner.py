@@ -1,7 +1,8 @@
 """Parent side of the worker: start it, send tasks, enforce time limits, survive its death.
 
 A hang is killed by process group; a crash, ``exit()`` or sticky CUDA error ends only the worker,
-and the next task gets a fresh one.
+and the next task gets a fresh one. Untrusted workers run inside the sandbox where there is one;
+their printed output is read through a pipe and capped.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,12 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .labs import PROJECT_ROOT
-from .textutil import cap_lines, clean
+from .sandbox import Sandbox, worker_runtime
+from .textutil import CappedOutput, cap_lines, clean
 
 STARTUP_LIMIT_S = 120.0
-# Per file the worker writes: its log (student output) and the .npy outputs of the largest
-# benchmark case (memory_types: 256 MiB arrays). A runaway printer is stopped here.
-OUTPUT_LIMIT_BYTES = 1 << 30
+# Per file the worker writes: the .npy outputs of the largest benchmark case (memory_types:
+# 256 MiB arrays) must fit; a runaway writer is stopped here (SIGXFSZ).
+FILE_LIMIT_BYTES = 1 << 30
+# What is kept of a program's printed output: its start and its end.
+OUTPUT_HEAD_BYTES = 32 << 10
+OUTPUT_TAIL_BYTES = 32 << 10
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,44 @@ class TaskResult:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class Isolation:
+    """How a worker is confined.
+
+    ``trusted`` workers run only the grader's own code (the baselines) and skip the sandbox;
+    others run inside it, seeing the worker runtime, ``read_only`` and their scratch folder.
+    ``cupy_cache`` is the trusted kernel cache: sandboxed workers start from a copy of it.
+    """
+
+    sandbox: Sandbox
+    read_only: tuple[Path, ...] = ()
+    trusted: bool = False
+    cupy_cache: Path | None = None
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.sandbox.active and not self.trusted
+
+    def command(self, args: list[str], scratch: Path, extra_env: dict[str, str] | None = None,
+                read_also: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment that run ``args`` (a worker command line) confined."""
+        env = worker_env(extra_env)
+        if not self.sandboxed:
+            if self.cupy_cache is not None:
+                env["CUPY_CACHE_DIR"] = str(self.cupy_cache)
+            return args, env
+        runtime = worker_runtime()
+        env["PYTHONPATH"] = str(runtime)
+        kernels = scratch / ".cupy"
+        if not kernels.exists():
+            if self.cupy_cache is not None and self.cupy_cache.is_dir():
+                shutil.copytree(self.cupy_cache, kernels, dirs_exist_ok=True)
+            kernels.mkdir(parents=True, exist_ok=True)
+        env["CUPY_CACHE_DIR"] = str(kernels)
+        cmd = self.sandbox.wrap(args, read_only=(runtime, *self.read_only, *read_also), writable=(scratch,), cwd=scratch)
+        return cmd, env
+
+
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
@@ -41,7 +85,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.pop("GRADER_RESULT_FD", None)
     # The worker caps its own file sizes at start-up: a preexec_fn would not be safe here, where
     # background threads start processes too (a child can deadlock between fork and exec).
-    env["GRADER_FILE_LIMIT_BYTES"] = str(OUTPUT_LIMIT_BYTES)
+    env["GRADER_FILE_LIMIT_BYTES"] = str(FILE_LIMIT_BYTES)
     env.update(extra or {})
     return env
 
@@ -59,44 +103,74 @@ def describe_exit(returncode: int) -> tuple[str, str]:
             "SIGABRT": "the process aborted (abort() or a failed assert)",
             "SIGBUS": "bus error in host code",
             "SIGFPE": "arithmetic error in host code (integer division by zero?)",
-            "SIGXFSZ": f"output limit exceeded (more than {OUTPUT_LIMIT_BYTES >> 20} MiB printed or written)",
+            "SIGXFSZ": f"file size limit exceeded (a file of more than {FILE_LIMIT_BYTES >> 20} MiB written)",
             "SIGKILL": "killed (out of memory?)",
         }.get(name, "terminated by a signal")
         return "crashed", f"{what} [{name}]"
     return "exited", f"the process exited with status {returncode} while running your code (exit() called?)"
 
 
+def _drain(fd: int, sink: CappedOutput) -> bool:
+    """Read what is there; False at end of file."""
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    if not chunk:
+        return False
+    sink.feed(chunk)
+    return True
+
+
 class WorkerSession:
     """A worker process that runs tasks one at a time; restarted after it dies or hangs."""
 
-    def __init__(self, scratch: Path, extra_env: dict[str, str] | None = None):
+    def __init__(self, scratch: Path, isolation: Isolation, extra_env: dict[str, str] | None = None):
         self.scratch = scratch
+        self.isolation = isolation
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen | None = None
         self.rfd: int | None = None
+        self.outfd: int | None = None
         self.buffer = b""
         self.starts = 0
-        self.log_path = scratch / "worker.log"
+        self.ready = False
+        self.output = CappedOutput(OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES)
 
-    def _start(self) -> TaskResult | None:
+    def spawn(self) -> None:
+        """Start the worker without waiting for it (it gets ready while the caller goes on)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.close()
+        self.scratch.mkdir(parents=True, exist_ok=True)
         rfd, wfd = os.pipe()
-        log = open(self.log_path, "ab")
-        self.log_offset = log.tell()
-        env = worker_env({**self.extra_env, "GRADER_RESULT_FD": str(wfd)})
+        cmd, env = self.isolation.command([sys.executable, "-m", "grader.worker", "--serve"], self.scratch,
+                                          {**self.extra_env, "GRADER_RESULT_FD": str(wfd)})
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "grader.worker", "--serve"],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 pass_fds=(wfd,), env=env, cwd=self.scratch,
                 start_new_session=True,
             )
         finally:
             os.close(wfd)
-            log.close()
+        assert self.proc.stdout is not None
+        self.outfd = self.proc.stdout.fileno()
+        os.set_blocking(self.outfd, False)
         self.rfd, self.buffer = rfd, b""
+        self.output = CappedOutput(OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES)
         self.starts += 1
+        self.ready = False
+
+    def _start(self) -> TaskResult | None:
+        self.spawn()
+        if self.ready:
+            return None
         msg = self._read_message(STARTUP_LIMIT_S)
-        if msg is None or msg.get("event") != "ready":
+        self.ready = msg is not None and msg.get("event") == "ready"
+        if not self.ready:
             reason = (msg or {}).get("error") or "the worker did not start"
             self.kill()
             return TaskResult("startup_failed", reason=f"could not start the GPU worker: {reason}", log_tail=self.log_tail())
@@ -108,7 +182,14 @@ class WorkerSession:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            ready, _, _ = select.select([self.rfd], [], [], min(left, 0.5))
+            fds = [self.rfd] + ([self.outfd] if self.outfd is not None else [])
+            ready, _, _ = select.select(fds, [], [], min(left, 0.5))
+            if self.outfd is not None and self.outfd in ready:
+                if not _drain(self.outfd, self.output):
+                    self.outfd = None
+                ready = [fd for fd in ready if fd == self.rfd]
+                if not ready:
+                    continue
             if not ready:
                 if self.proc is not None and self.proc.poll() is not None:
                     # one more non-blocking read below catches a message written just before exit
@@ -125,11 +206,12 @@ class WorkerSession:
         return json.loads(line)
 
     def run(self, task: dict, time_limit_s: float) -> TaskResult:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or self.proc.poll() is not None or not self.ready:
             failed = self._start()
             if failed is not None:
                 return failed
         started = time.monotonic()
+        self.output = CappedOutput(OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES)
         try:
             assert self.proc is not None and self.proc.stdin is not None
             self.proc.stdin.write((json.dumps(task) + "\n").encode())
@@ -163,13 +245,16 @@ class WorkerSession:
         return TaskResult(status, reason=reason, log_tail=self.log_tail(), seconds=seconds)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(getattr(self, "log_offset", 0))
-                text = fh.read()[-20000:].decode(errors="replace")
-        except OSError:
-            return ""
-        return cap_lines("\n".join(clean(text).splitlines()[-lines:]), lines)
+        """What the program printed during the last task: its last lines, and how much was dropped."""
+        if self.outfd is not None:  # whatever is still in the pipe
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline and select.select([self.outfd], [], [], 0.05)[0]:
+                if not _drain(self.outfd, self.output):
+                    break
+        text = clean(self.output.text())
+        kept = text.splitlines()[-lines:]
+        note = self.output.omitted_note()
+        return cap_lines("\n".join(([note] if note else []) + kept), lines + 1)
 
     def _reap(self, timeout: float) -> None:
         if self.proc is None:
@@ -204,11 +289,12 @@ class WorkerSession:
                         os.killpg(self.proc.pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
-            if self.proc.stdin is not None:
-                try:
-                    self.proc.stdin.close()
-                except OSError:
-                    pass
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                if pipe is not None:
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
             # kill anything the student left behind in the group
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -218,6 +304,7 @@ class WorkerSession:
         if self.rfd is not None:
             os.close(self.rfd)
             self.rfd = None
+        self.outfd = None
 
     def __enter__(self) -> "WorkerSession":
         return self
@@ -241,28 +328,57 @@ class ToolRun:
 
 
 def run_under_tool(
-    tool_cmd: list[str], task: dict, scratch: Path, time_limit_s: float,
+    tool_cmd: list[str], task: dict, scratch: Path, time_limit_s: float, isolation: Isolation,
     log: Path | None = None, extra_env: dict[str, str] | None = None,
 ) -> ToolRun:
     """``tool_cmd python -m grader.worker --job ...`` in its own process group, killed at the limit."""
     started = time.monotonic()
     scratch.mkdir(parents=True, exist_ok=True)
-    job, result, console = scratch / "job.json", scratch / "result.json", scratch / "console.txt"
+    job, result = scratch / "job.json", scratch / "result.json"
     result.unlink(missing_ok=True)
     job.write_text(json.dumps(task))
-    cmd = [*tool_cmd, sys.executable, "-m", "grader.worker", "--job", str(job), "--result", str(result)]
-    with open(console, "wb") as out:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=worker_env(extra_env),
-            cwd=scratch, start_new_session=True,
-        )
-        try:
-            code: int | None = proc.wait(time_limit_s)
-        except subprocess.TimeoutExpired:
+    args = [*tool_cmd, sys.executable, "-m", "grader.worker", "--job", str(job), "--result", str(result)]
+    inputs = tuple(Path(p) for p in task.get("inputs", {}).values() if not Path(p).is_relative_to(scratch))
+    cmd, env = isolation.command(args, scratch, extra_env, read_also=inputs)
+    console = CappedOutput(OUTPUT_HEAD_BYTES * 8, OUTPUT_TAIL_BYTES)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=env, cwd=scratch, start_new_session=True)
+    assert proc.stdout is not None
+    out = proc.stdout.fileno()
+    os.set_blocking(out, False)
+    deadline = started + time_limit_s
+    code: int | None = None
+    open_pipe = True
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            code = None
-    text = (log.read_text(errors="replace") if log and log.exists() else "") + "\n" + console.read_text(errors="replace")
+            break
+        if open_pipe and select.select([out], [], [], min(left, 0.5))[0]:
+            open_pipe = _drain(out, console)
+            continue
+        if not open_pipe:
+            try:
+                code = proc.wait(min(left, 0.5))
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if proc.poll() is not None:
+            code = proc.returncode
+            while select.select([out], [], [], 0)[0] and _drain(out, console):
+                pass
+            break
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # anything left behind in the group
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.stdout.close()
+    text = ""
+    if log and log.exists():
+        with open(log, "rb") as fh:
+            text = fh.read(4 << 20).decode(errors="replace")
+    text += "\n" + console.text()
     data = None
     if result.exists():
         try:

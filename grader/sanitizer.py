@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import toolchain
-from .runner import describe_exit, run_under_tool
+from .runner import Isolation, describe_exit, run_under_tool
 from .textutil import cap_lines
 
 ERROR_EXIT = 86  # what compute-sanitizer exits with when it reported an error
@@ -80,7 +80,8 @@ def parse(text: str) -> tuple[int, list[str]]:
     return count, findings
 
 
-def run(library: Path, task: dict, tool: str, scratch: Path, time_limit_s: float, source_name: str) -> SanitizerRun:
+def run(library: Path, task: dict, tool: str, scratch: Path, time_limit_s: float, source_name: str,
+        isolation: Isolation) -> SanitizerRun:
     """Run one case task of the worker under ``compute-sanitizer --tool tool``."""
     exe = toolchain.find("compute-sanitizer")
     if exe is None:
@@ -91,7 +92,7 @@ def run(library: Path, task: dict, tool: str, scratch: Path, time_limit_s: float
         "--print-limit", "20", "--log-file", str(log),
     ]
     job = {**task, "lib": str(library), "kind": "case", "memcpy_only": True, "guard": 0}
-    result = run_under_tool(cmd, job, scratch, time_limit_s, log=log, extra_env={"GRADER_NO_POOL": "1"})
+    result = run_under_tool(cmd, job, scratch, time_limit_s, isolation, log=log, extra_env={"GRADER_NO_POOL": "1"})
     text = _student_paths(result.output, source_name)
     if result.timed_out:
         return SanitizerRun(error=f"did not finish within {time_limit_s:g} s under compute-sanitizer and was killed",

@@ -23,3 +23,35 @@ def cap_lines(text: str, max_lines: int, max_chars: int = 8000) -> str:
     if len(out) > max_chars:
         out = out[:max_chars] + f"\n[... {len(out) - max_chars} characters omitted]"
     return out
+
+
+class CappedOutput:
+    """A program's output kept within bounds: the first ``head`` and last ``tail`` bytes."""
+
+    def __init__(self, head: int, tail: int):
+        self.head_cap, self.tail_cap = head, tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    @property
+    def omitted(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+    def omitted_note(self) -> str:
+        return f"[... {self.omitted:,} bytes of output omitted]" if self.omitted > 0 else ""
+
+    def text(self) -> str:
+        middle = f"\n{self.omitted_note()}\n" if self.omitted > 0 else ""
+        return self.head.decode(errors="replace") + middle + self.tail.decode(errors="replace")

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from . import expr
-from .timing import should_stop, summarize
 
 CANARY = 0xA5
 RESULT_FD = int(os.environ.get("GRADER_RESULT_FD", "-1"))
@@ -245,97 +244,104 @@ def measure_copy_bandwidth(cp) -> float:
     return round(2 * n * 4 / (best / 1e3) / 1e9, 1)
 
 
-def run_timing(cp, task: dict) -> dict:
-    launcher, params, cfg = task["launcher"], task["params"], task["timing"]
-    problem = _load_problem(task["problem"])
-    names = list(task["libs"])  # baselines first, student last: the buffers end with its output
-    libs = {n: library(task["libs"][n], launcher) for n in names}
-    fresh = problem.generate(params, task["seed"], cp)
-    bufs = Buffers(cp, launcher, params, {k: cp.asnumpy(v) if not isinstance(v, np.ndarray) else v for k, v in fresh.items()}, 0)
-    device = device_info(cp)
-    device["copy_gbps"] = measure_copy_bandwidth(cp)
-    flush = cp.empty(max(2 * device["l2_bytes"], 16 << 20) // 4, dtype=cp.int32)
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    counter = [0]
+class TimingSession:
+    """Timed calls of one or more libraries on shared buffers, driven one sample at a time.
 
-    def refill():
-        counter[0] += 1
-        new = problem.generate(params, task["seed"] + 7919 * counter[0], cp)
+    The parent interleaves samples across workers (the baselines run in a worker of their own)
+    and decides when to stop. Each sample gets fresh inputs, NaN-filled outputs, a flushed L2
+    and no persisting L2 lines; it is timed with events on the legacy stream and bounded by the
+    wall clock up to a device-wide synchronize, so work left on another stream or deferred past
+    the return still counts.
+    """
+
+    def __init__(self, cp, task: dict):
+        self.cp = cp
+        self.params = task["params"]
+        self.problem = _load_problem(task["problem"])
+        self.libs = {n: library(path, task["launcher"]) for n, path in task["libs"].items()}
+        self.seed = int(task["seed"])
+        fresh = self.problem.generate(self.params, self.seed, cp)
+        host = {k: cp.asnumpy(v) if not isinstance(v, np.ndarray) else v for k, v in fresh.items()}
+        self.bufs = Buffers(cp, task["launcher"], self.params, host, 0)
+        self.pristine = {k: v.copy() for k, v in self.bufs.inputs.items()}  # the grader's own copy
+        self.device = device_info(cp)
+        if task.get("measure_copy"):
+            self.device["copy_gbps"] = measure_copy_bandwidth(cp)
+        self.flush = cp.empty(max(2 * self.device["l2_bytes"], 16 << 20) // 4, dtype=cp.int32)
+        self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
+        self.count = 0
+        self.tampered: set[str] = set()
+
+    def _refill(self) -> None:
+        cp = self.cp
+        self.count += 1
+        new = self.problem.generate(self.params, (self.seed + 7919 * self.count) % (1 << 32), cp)
         for name, value in new.items():
-            target = bufs.inputs[name]
+            target, copy = self.bufs.inputs[name], self.pristine[name]
             if isinstance(target, np.ndarray):
                 target[...] = cp.asnumpy(value) if not isinstance(value, np.ndarray) else value
             else:
                 target[...] = cp.asarray(value)  # a generator may return numpy arrays
-        for name, out in bufs.outputs.items():
+            copy[...] = target
+        for out in self.bufs.outputs.values():
             out.fill(np.nan if out.dtype.kind == "f" else 0)
 
-    def sample(lib: Library) -> tuple[float, float]:
-        refill()
-        flush.fill(counter[0])
+    def sample(self, name: str) -> dict:
+        cp, lib = self.cp, self.libs[name]
+        self._refill()
+        self.flush.fill(self.count)
         lib.reset_l2()
         cp.cuda.Device().synchronize()
         t0 = time.perf_counter()
-        start.record()
-        lib.call(bufs.args)
-        end.record()
-        end.synchronize()
+        self.start.record()
+        lib.call(self.bufs.args)
+        self.end.record()
+        self.end.synchronize()
         lib.check()  # device-wide synchronize: work left on other streams is waited for
         wall = (time.perf_counter() - t0) * 1e3
-        return cp.cuda.get_elapsed_time(start, end), wall
+        ms = cp.cuda.get_elapsed_time(self.start, self.end)
+        for key, value in self.bufs.inputs.items():
+            same = np.array_equal(value, self.pristine[key]) if isinstance(value, np.ndarray) else bool(cp.array_equal(value, self.pristine[key]))
+            if not same:
+                self.tampered.add(key)
+        return {"status": "ok", "ms": ms, "wall_ms": wall}
 
-    for lib in libs.values():  # warm up
-        t_end = time.perf_counter() + cfg["warmup_s"]
-        sample(lib)
-        while time.perf_counter() < t_end:
-            sample(lib)
+    def save(self, out_dir: Path) -> dict:
+        """The inputs (the grader's copy) and outputs of the last call, for the parent to check."""
+        inputs, outputs = {}, {}
+        for name, value in self.pristine.items():
+            inputs[name] = str(out_dir / f"timed_input_{name}.npy")
+            np.save(inputs[name], value if isinstance(value, np.ndarray) else value.get())
+        for name, value in self.bufs.outputs.items():
+            outputs[name] = str(out_dir / f"timed_output_{name}.npy")
+            np.save(outputs[name], value.get())
+        return {"status": "ok", "check_inputs": inputs, "check_outputs": outputs, "inputs_modified": sorted(self.tampered)}
 
-    remeasured = False
-    while True:
-        samples = {n: [] for n in names}
-        walls = {n: [] for n in names}
-        t_start = time.perf_counter()
-        while not should_stop(
-            samples, time.perf_counter() - t_start,
-            min_samples=cfg["min_samples"], max_samples=cfg["max_samples"],
-            target_rse=cfg["target_rse"], budget_s=cfg["budget_s"],
-        ):
-            for n in names:
-                ms, wall = sample(libs[n])
-                samples[n].append(ms)
-                walls[n].append(wall)
-        noisy = [n for n in names if summarize(samples[n]).cv > cfg["max_cv"]]
-        if not noisy or remeasured:
-            break
-        remeasured = True
 
-    out_dir = Path(task["out_dir"])
-    check_inputs, check_outputs = {}, {}
-    for name, value in bufs.inputs.items():
-        path = out_dir / f"timed_input_{name}.npy"
-        np.save(path, value if isinstance(value, np.ndarray) else value.get())
-        check_inputs[name] = str(path)
-    for name, value in bufs.outputs.items():
-        path = out_dir / f"timed_output_{name}.npy"
-        np.save(path, value.get())
-        check_outputs[name] = str(path)
-    return {
-        "status": "ok",
-        "samples_ms": samples,
-        "wall_ms": walls,
-        "remeasured": remeasured,
-        "noisy": noisy,
-        "device": device,
-        "check_inputs": check_inputs,
-        "check_outputs": check_outputs,
-    }
+_TIMING: dict[str, TimingSession] = {}
+
+
+def run_timing(cp, task: dict) -> dict:
+    kind = task["kind"]
+    if kind == "timing_open":
+        _TIMING.clear()
+        session = _TIMING["open"] = TimingSession(cp, task)
+        return {"status": "ok", "device": session.device}
+    session = _TIMING.get("open")
+    if session is None:
+        return {"status": "worker_error", "error": "no timing session is open"}
+    if kind == "timing_sample":
+        return session.sample(task["lib"])
+    result = session.save(Path(task["out_dir"]))  # timing_close
+    _TIMING.clear()
+    return result
 
 
 def run_task(cp, task: dict) -> dict:
     try:
         if task["kind"] == "case":
             return run_case(cp, task)
-        if task["kind"] == "timing":
+        if task["kind"].startswith("timing_"):
             return run_timing(cp, task)
         return {"status": "worker_error", "error": f"unknown task kind {task['kind']!r}"}
     except StudentCudaError as exc:
@@ -363,6 +369,7 @@ def serve() -> int:
 
     try:
         cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")))
+        forbid_new_processes()
     except Exception as exc:
         send({"event": "startup_failed", "error": f"{type(exc).__name__}: {exc}"})
         return 1
@@ -383,6 +390,7 @@ def one_shot(job_path: str, result_path: str) -> int:
     task = json.loads(Path(job_path).read_text())
     # no warm-up kernel: under a profiler or sanitizer only the student's kernels should run
     cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")), warm_up=False)
+    forbid_new_processes()
     result = run_task(cp, task)
     Path(result_path).write_text(json.dumps(result))
     return 0
@@ -394,6 +402,64 @@ def limit_self() -> None:
     if limit:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+# seccomp: after CUDA is up, the process may start threads but no new processes (a fork bomb,
+# system(), popen() all fail with EAGAIN). RLIMIT_NPROC cannot do this: root is exempt from it.
+_AUDIT_ARCH = {"x86_64": (0xC000003E, {"clone": 56, "fork": 57, "vfork": 58, "clone3": 435}),
+               "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435})}
+_CLONE_THREAD = 0x00010000
+
+
+def seccomp_program(arch: str) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions: threads yes, new processes no."""
+    audit, nr = _AUDIT_ARCH[arch]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    errno = 0x00050000
+    # (code, jump if true, jump if false, k) with jumps as labels; None falls through
+    code = [
+        (ld, None, None, 4),  # seccomp_data.arch
+        (jeq, None, "eperm", audit),  # another ABI (int 0x80 on x86_64): refused
+        (ld, None, None, 0),  # seccomp_data.nr
+        (jge, "eperm", None, 0x40000000),  # x32 system calls: refused
+        (jeq, "enosys", None, nr["clone3"]),  # flags hide behind a pointer; glibc falls back to clone
+        *[(jeq, "eagain", None, nr[n]) for n in ("fork", "vfork") if n in nr],
+        (jeq, None, "allow", nr["clone"]),
+        (ld, None, None, 16),  # low word of args[0]: the clone flags
+        (jset, "allow", "eagain", _CLONE_THREAD),
+    ]
+    labels = {"allow": 0x7FFF0000, "eagain": errno | 11, "enosys": errno | 38, "eperm": errno | 1}
+    where = {name: len(code) + i for i, name in enumerate(labels)}
+    out = []
+    for pc, (op, jt, jf, k) in enumerate(code):
+        out.append((op, where[jt] - pc - 1 if jt else 0, where[jf] - pc - 1 if jf else 0, k))
+    out += [(ret, 0, 0, value) for value in labels.values()]
+    return out
+
+
+def forbid_new_processes() -> bool:
+    """Install the filter on every thread of this process; False where that is not possible."""
+    import platform
+
+    arch = platform.machine()
+    if arch not in _AUDIT_ARCH or not sys.platform.startswith("linux"):
+        return False
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    insns = seccomp_program(arch)
+    array = (SockFilter * len(insns))(*[SockFilter(*i) for i in insns])
+    fprog = SockFprog(len(insns), array)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return False
+    sys_seccomp = {"x86_64": 317, "aarch64": 277}[arch]
+    # SECCOMP_SET_MODE_FILTER with SECCOMP_FILTER_FLAG_TSYNC: CUDA's threads get it too
+    return libc.syscall(sys_seccomp, 1, 1, ctypes.byref(fprog)) == 0
 
 
 def main(argv: list[str]) -> int:

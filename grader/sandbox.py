@@ -1,0 +1,158 @@
+"""Running untrusted steps (compiling and running a submission) inside bubblewrap.
+
+Inside the sandbox there is no network, the system is read-only, and only what a step needs is
+visible: the system's own folders, Python and its packages, the grader's small worker runtime,
+the files handed in and one writable scratch folder. The project (labs, references, grader
+sources), the build cache, home folders and other submissions are not there. GPU device nodes
+are passed with ``--dev-bind`` (CUDA fails with a plain bind or a fresh /dev).
+
+Where bubblewrap is missing or cannot run, steps run unsandboxed and reports say so.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+#: Folders of the system that every step may read (symlinks such as /lib -> usr/lib are kept).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+TMP_SIZE_BYTES = 512 << 20  # the sandbox's private /tmp
+INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) to sandbox submissions"
+#: The grader modules the worker imports; nothing else of the grader is visible to it.
+WORKER_MODULES = ("__init__.py", "worker.py", "expr.py")
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    bwrap: str | None  # None: steps run unsandboxed
+    version: str = ""
+    reason: str = ""  # why there is no sandbox
+
+    @property
+    def active(self) -> bool:
+        return self.bwrap is not None
+
+    def describe(self) -> str:
+        if self.active:
+            return f"bubblewrap {self.version}: no network, read-only system, only scratch and the submission's build visible"
+        return f"none: {self.reason}; the submission ran without a sandbox"
+
+    def wrap(self, cmd: list[str], *, read_only: Iterable[Path] = (), writable: Iterable[Path] = (),
+             cwd: Path | None = None, hide: Iterable[Path] = ()) -> list[str]:
+        """``cmd`` inside the sandbox, or unchanged where there is none.
+
+        Paths keep their names inside, so nothing has to be translated. ``hide`` adds folders
+        to keep out beyond the project, the build cache and the home folder.
+        """
+        if not self.active:
+            return list(cmd)
+        assert self.bwrap is not None
+        args = [self.bwrap, *_base_args(tuple(str(Path(p).resolve()) for p in hide))]
+        for p in read_only:
+            args += ["--ro-bind", str(p), str(p)]
+        for p in writable:
+            args += ["--bind", str(p), str(p)]
+        if cwd is not None:
+            args += ["--chdir", str(cwd)]
+        return [*args, "--", *cmd]
+
+
+def _private_dirs(extra: tuple[str, ...]) -> list[str]:
+    from .compile import default_cache_dir
+    from .labs import PROJECT_ROOT, labs_dir
+
+    dirs = [PROJECT_ROOT, labs_dir(), default_cache_dir(), Path.home(), *map(Path, extra)]
+    return sorted({str(Path(d).resolve()) for d in dirs})
+
+
+def _python_dirs() -> list[str]:
+    """Where the interpreter and its packages live (a virtual environment may sit in the project)."""
+    from .labs import PROJECT_ROOT
+
+    root = str(PROJECT_ROOT.resolve())
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if real and os.path.isdir(real) and (real == sys.prefix or "-packages" in real or real.startswith(sys.base_prefix)):
+            dirs.add(real)
+    out = []
+    for d in sorted(dirs):
+        real = os.path.realpath(d)
+        inside_project = real == root or real.startswith(root + os.sep)
+        if inside_project and not real.startswith(os.path.realpath(sys.prefix)):
+            continue  # never the grader's sources
+        out.append(real)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _base_args(extra_hide: tuple[str, ...] = ()) -> tuple[str, ...]:
+    args = ["--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try"]
+    visible = []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+            visible.append(os.path.realpath(d))
+    args += ["--proc", "/proc", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--ro-bind", "/sys", "/sys",
+             "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    python = _python_dirs()
+
+    def under(path: str, roots: list[str]) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+    for d in _private_dirs(extra_hide):
+        if os.path.isdir(d) and under(d, visible + python) and d not in ("/", "/usr", "/opt", "/etc"):
+            args += ["--tmpfs", d]
+    for d in python:
+        if not under(d, visible) or any(under(d, [h]) for h in _private_dirs(extra_hide)):
+            args += ["--ro-bind", d, d]
+    return tuple(args)
+
+
+@functools.lru_cache(maxsize=None)
+def detect() -> Sandbox:
+    """The sandbox to use: bubblewrap if installed and working, unless ``GRADER_SANDBOX=off``."""
+    mode = os.environ.get("GRADER_SANDBOX", "auto").lower()
+    if mode in ("off", "0", "no", "none"):
+        return Sandbox(None, reason="turned off (GRADER_SANDBOX=off)")
+    path = os.environ.get("GRADER_BWRAP") or shutil.which("bwrap")
+    if not path:
+        return Sandbox(None, reason=f"bubblewrap is not installed ({INSTALL_HINT})")
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout.split()[-1]
+        probe = subprocess.run([path, *_base_args(), "--", "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
+        return Sandbox(None, reason=f"bubblewrap at {path} did not run ({exc})")
+    if probe.returncode != 0:
+        why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+        return Sandbox(None, reason=f"bubblewrap at {path} cannot create a sandbox here ({why})")
+    return Sandbox(path, version=version)
+
+
+@functools.lru_cache(maxsize=None)
+def worker_runtime() -> Path:
+    """A read-only copy of the few modules the worker runs, made once per grader process.
+
+    Inside the sandbox the worker imports only these, so the grader's other files stay hidden.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="grader-runtime-"))
+    atexit.register(shutil.rmtree, folder, True)
+    package = folder / "grader"
+    package.mkdir()
+    here = Path(__file__).parent
+    for name in WORKER_MODULES:
+        shutil.copyfile(here / name, package / name)
+        os.chmod(package / name, 0o444)
+    os.chmod(package, 0o555)
+    return folder
