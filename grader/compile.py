@@ -312,5 +312,11 @@ def summarize_errors(output: str, display: str) -> str:
             f"link error: {display} does not define `{undefined.group(1)}` "
             "(define the launcher with exactly the prototype in the lab's interface header)"
         )
+    twice = re.search(r"multiple definition of `([^']+)'", log)
+    if twice:
+        return (
+            f"link error: {display} defines `{twice.group(1)}`, which the CUDA runtime already defines "
+            "(give your function another name)"
+        )
     tail = [l for l in log.splitlines() if l.strip()]
     return "compile failed: " + (tail[-1].strip() if tail else "nvcc exited with an error and printed nothing")

@@ -251,6 +251,8 @@ class LabGrading:
             return self
 
         self.problem = load_problem(spec)
+        if options.keep_work is not None:
+            options.keep_work.mkdir(parents=True, exist_ok=True)
         self.scratch = Path(tempfile.mkdtemp(prefix="grade-", dir=options.keep_work))
         # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
         # correctness cases (their counts do not depend on what else runs); timing waits for them.

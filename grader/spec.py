@@ -189,7 +189,7 @@ class SanitizerCheck:
 @dataclass(frozen=True)
 class CompileOptions:
     flags: tuple[str, ...] = ("-O3",)
-    time_limit_s: float = 120.0
+    time_limit_s: float = 60.0  # a real lab file takes seconds; a template bomb is stopped here
 
 
 @dataclass(frozen=True)

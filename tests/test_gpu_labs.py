@@ -106,15 +106,34 @@ def test_writes_before_the_bins_hit_the_guard():
 
 
 @pytest.mark.gpu
-def test_a_repo_of_references_scores_full_marks_in_every_lab(tmp_path):
+def test_a_repo_with_one_hanging_lab_grades_the_others_in_full(tmp_path):
+    """Nothing lost: references score full marks beside a lab that hangs on the CPU and is
+    killed, and the JUnit report holds every lab."""
+    from junitparser import Error, JUnitXml
+
+    from grader.report import junit
     from grader.repo import grade_repo, submission_path
 
+    hanging = ROOT / "tests" / "hostile" / "tiled_matmul" / "host_infinite_loop.cu"
     for lab_id in lab_ids():
         target = submission_path(tmp_path, lab_id)
         target.parent.mkdir(parents=True)
-        target.write_bytes(find_lab(lab_id).files.reference.read_bytes())
+        source = hanging if lab_id == "tiled_matmul" else find_lab(lab_id).files.reference
+        target.write_bytes(source.read_bytes())
     reports = grade_repo(tmp_path, GradeOptions())
     assert [r.lab for r in reports] == lab_ids()
     for r in reports:
-        assert r.score == r.max_score, [(c.id, c.outcome.value, c.message) for c in r.checks if c.outcome is not Outcome.PASS]
         assert r.submission == f"labs/{r.lab}/student.cu"
+        if r.lab == "tiled_matmul":
+            verdicts = {c.id: c.outcome for c in r.checks}
+            assert verdicts.pop("compile") is Outcome.PASS and verdicts.pop("shared_memory_tiles") is Outcome.PASS
+            assert {k: v for k, v in verdicts.items() if k.startswith("correctness")} == {
+                k: Outcome.ERROR for k in verdicts if k.startswith("correctness")}
+            assert all(v is Outcome.FAIL for k, v in verdicts.items() if not k.startswith("correctness"))
+            continue
+        assert r.score == r.max_score, [(c.id, c.outcome.value, c.message) for c in r.checks if c.outcome is not Outcome.PASS]
+    junit.write(reports, tmp_path / "report.xml")
+    suites = {s.name: s for s in JUnitXml.fromfile(str(tmp_path / "report.xml"))}
+    assert set(suites) == set(lab_ids())
+    errors = [case.name for case in suites["tiled_matmul"] if any(isinstance(x, Error) for x in case.result)]
+    assert len(errors) == len(find_lab("tiled_matmul").correctness.cases)

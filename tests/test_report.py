@@ -191,7 +191,7 @@ def test_terminal_without_tty_has_no_colour():
     assert any(line.startswith("  ERROR") and "cudaErrorIllegalAddress" in line for line in lines)
     assert any(line.startswith("  SKIP ") and "global_load_reduction" in line for line in lines)
     assert "  skipped 1 checks: needs a GPU: none here" in lines
-    assert "  note: not sandboxed" in lines
+    assert "  sandbox: none (test)" in lines
     assert lines[-1] == "  score 5.5/12 (2 points not checked here)"
     assert "matmul_tiled(float const*, float const*, float*, int): 32 regs, 2048 B smem" in out
     assert "time student: median 1.5000 ms" in out

@@ -55,8 +55,8 @@ def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -
         if skipped:
             reasons = sorted({c.message for c in skipped})
             out.append(f"  skipped {len(skipped)} checks: " + "; ".join(reasons))
-        if str(r.environment.get("sandbox", "")).startswith("none"):
-            out.append("  note: not sandboxed")
+        if r.environment.get("sandbox"):
+            out.append(f"  sandbox: {r.environment['sandbox']}")
         out.append(f"  {score_line(r)}")
     if len(reports) > 1:
         total, total_max = sum(r.score for r in reports), sum(r.max_score for r in reports)

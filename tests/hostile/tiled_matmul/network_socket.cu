@@ -1,0 +1,37 @@
+// Hostile: connects to a TCP port on this machine (opened by the test); if it can, exit(43).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define TILE 16
+
+__global__ void matmul_tiled(const float* M, const float* N, float* P, int width) {
+    __shared__ float Ms[TILE][TILE], Ns[TILE][TILE];
+    int tx = threadIdx.x, ty = threadIdx.y, row = blockIdx.y * TILE + ty, col = blockIdx.x * TILE + tx;
+    float v = 0.0f;
+    for (int ph = 0; ph < width / TILE; ++ph) {
+        Ms[ty][tx] = M[row * width + ph * TILE + tx];
+        Ns[ty][tx] = N[(ph * TILE + ty) * width + col];
+        __syncthreads();
+        for (int k = 0; k < TILE; ++k) v += Ms[ty][k] * Ns[k][tx];
+        __syncthreads();
+    }
+    P[row * width + col] = v;
+}
+
+static void launch(const float* M, const float* N, float* P, int width, cudaStream_t stream = 0) {
+    matmul_tiled<<<dim3(width / TILE, width / TILE), dim3(TILE, TILE), 0, stream>>>(M, N, P, width);
+}
+
+extern "C" void matmul(const float* M, const float* N, float* P, int width) {
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(@PORT@);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (s >= 0 && connect(s, (sockaddr*)&addr, sizeof addr) == 0) exit(43);
+    if (s >= 0) close(s);
+    launch(M, N, P, width);
+}
