@@ -287,3 +287,39 @@ def test_validate_without_gpu_compares_what_can_run(env):
     assert "== validate tiled_matmul: 12 known solutions" in proc.stdout
     assert "all verdicts as expected" in proc.stdout
     assert "checks could not run on this machine and were not compared" in proc.stdout
+
+
+# ------------------------------------------------------------------ bad input: one clear message each
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("latin1.cu", "// caf\xe9\n".encode("latin-1"), "not UTF-8 text (first bad byte on line 1)"),
+    ("empty.cu", b"", "the file is empty"),
+    ("folder.cu", None, "is a directory, expected a .cu file"),
+])
+def test_unreadable_sources_get_one_message_naming_the_file(env, tmp_path, name, content, message):
+    path = tmp_path / name
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    proc = cli(env, "grade", "tiled_matmul", str(path))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {path}: {message}"
+    assert proc.stdout == ""
+
+
+def test_grading_with_a_malformed_lab_yaml_names_the_file_and_line(env, tmp_path):
+    for sub in ("labs/tiled_matmul", "reference/tiled_matmul", "student_template/labs/tiled_matmul"):
+        shutil.copytree(ROOT / sub, tmp_path / sub)
+    yaml_path = tmp_path / "labs" / "tiled_matmul" / "lab.yaml"
+    yaml_path.write_text(yaml_path.read_text() + "\nextra: [unclosed\n")
+    proc = cli({**env, "GRADER_LABS_DIR": str(tmp_path / "labs")}, "grade", "tiled_matmul")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {yaml_path}: malformed YAML: line ")
+
+
+def test_a_bad_time_limit_is_refused_before_grading(env):
+    proc = cli(env, "grade", "tiled_matmul", "--time-limit", "0")
+    assert proc.returncode == 2
+    assert "argument --time-limit: '0' is not a positive number of seconds" in proc.stderr

@@ -189,9 +189,9 @@ def test_including_the_reference_does_not_compile_in_the_sandbox(classroom):
 def test_a_template_bomb_is_stopped_at_the_compile_limit():
     spec = find_lab("tiled_matmul")
     build = nvcc.build(HOSTILE / "tiled_matmul" / "template_bomb.cu", spec.files.header, ("sm_90",),
-                       exports=(spec.launcher.name,), time_limit_s=15, sandbox=SANDBOX)
+                       exports=(spec.launcher.name,), time_limit_s=5, sandbox=SANDBOX)
     assert not build.ok and build.timed_out
-    assert build.message == "compilation of template_bomb.cu took longer than 15 s and was stopped"
+    assert build.message == "compilation of template_bomb.cu took longer than 5 s and was stopped"
 
 
 def test_redefining_a_cuda_runtime_function_is_a_link_error_that_names_it(tmp_path):
@@ -254,7 +254,9 @@ def test_hostile_corpus_gets_exactly_its_verdicts(classroom):
     assert "output of a timed call was wrong" in check("cache_results.cu", "speedup_vs_naive").message
     assert "timed by the wall clock" in check("nonblocking_stream.cu", "speedup_vs_naive").message
     assert "impossible time" in check("below_floor.cu", "speed_vs_reference").message
-    assert "took longer than 60 s" in check("template_bomb.cu", "compile").message
+    # a fast CPU reaches the compiler's 8 GiB cap before the 60 s limit (H100 host: out of memory)
+    bomb = check("template_bomb.cu", "compile").message
+    assert "catastrophic error: out of memory" in bomb or "took longer than 60 s" in bomb, bomb
     assert not (classroom.bob / "planted.cu").exists() and classroom.accepted == 0
 
 
