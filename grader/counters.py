@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -62,6 +63,9 @@ def _permission_problem(text: str) -> str:
     return ""
 
 
+_PROFILING = threading.Lock()
+
+
 def profile(
     library: Path,
     task: dict,
@@ -88,7 +92,10 @@ def profile(
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
         "--clock-control", "none", "--log-file", str(log), "-f",
     ]
-    run = run_under_tool(cmd, {**task, "kind": "case", "memcpy_only": True, "guard": 0}, scratch, time_limit_s, isolation, log=log)
+    # ncu serialises profiling through a lock file in /tmp, which each sandbox has privately:
+    # this process serialises its own runs instead
+    with _PROFILING:
+        run = run_under_tool(cmd, {**task, "kind": "case", "memcpy_only": True, "guard": 0}, scratch, time_limit_s, isolation, log=log)
     text, seconds = run.output, run.seconds
     if run.timed_out:
         return CounterRun(error=f"did not finish within {time_limit_s:g} s under the profiler and was killed", seconds=seconds)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .labs import PROJECT_ROOT
 from .sandbox import Sandbox, worker_runtime
-from .textutil import CappedOutput, cap_lines, clean
+from .textutil import CappedOutput, clean
 
 STARTUP_LIMIT_S = 120.0
 # Per file the worker writes: the .npy outputs of the largest benchmark case (memory_types:
@@ -29,6 +29,7 @@ FILE_LIMIT_BYTES = 1 << 30
 # What is kept of a program's printed output: its start and its end.
 OUTPUT_HEAD_BYTES = 32 << 10
 OUTPUT_TAIL_BYTES = 32 << 10
+LINE_CHARS = 200  # a reported line of it, at most
 
 
 @dataclass(frozen=True)
@@ -252,9 +253,10 @@ class WorkerSession:
                 if not _drain(self.outfd, self.output):
                     break
         text = clean(self.output.text())
-        kept = text.splitlines()[-lines:]
+        kept = [line if len(line) <= LINE_CHARS else f"{line[:LINE_CHARS]} [... {len(line) - LINE_CHARS} more characters]"
+                for line in text.splitlines()[-lines:]]
         note = self.output.omitted_note()
-        return cap_lines("\n".join(([note] if note else []) + kept), lines + 1)
+        return "\n".join(([note] if note else []) + kept)
 
     def _reap(self, timeout: float) -> None:
         if self.proc is None:

@@ -231,7 +231,9 @@ def test_hostile_corpus_gets_exactly_its_verdicts(classroom):
         seen = f"{first.id} {first.outcome.value}: {first.message}" if first else "every check passes"
         table.append(f"| {path.name} | {sol.why} | {'as expected' if r.ok else 'MISMATCH'}: {seen} | "
                      f"{r.report.score:g}/{r.report.max_score:g} |")
-        table += [f"|  | MISMATCH {m.check} | got {m.got}, expected {m.expected}: {m.message} | |" for m in r.mismatches]
+        for m in r.mismatches:
+            details = next(c.details for c in r.report.checks if c.id == m.check).replace("\n", " / ")[:1500]
+            table.append(f"|  | MISMATCH {m.check} | got {m.got}, expected {m.expected}: {m.message} {details} | |")
     text = "\n".join(table) + "\n"
     if LOG_DIR:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
