@@ -111,11 +111,12 @@ def _base_args(extra_hide: tuple[str, ...] = ()) -> tuple[str, ...]:
     def under(path: str, roots: list[str]) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
-    for d in _private_dirs(extra_hide):
+    private = _private_dirs(extra_hide)
+    for d in private:
         if os.path.isdir(d) and under(d, visible + python) and d not in ("/", "/usr", "/opt", "/etc"):
             args += ["--tmpfs", d]
     for d in python:
-        if not under(d, visible) or any(under(d, [h]) for h in _private_dirs(extra_hide)):
+        if not under(d, visible) or under(d, private):
             args += ["--ro-bind", d, d]
     return tuple(args)
 
