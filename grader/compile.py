@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from . import toolchain
 from .errors import GraderError
+from .procgroup import kill_group
 from .sandbox import Sandbox
 from .textutil import cap_lines, clean
 
@@ -163,7 +163,7 @@ def build(
             output, _ = proc.communicate(timeout=time_limit_s)
             rc = proc.returncode
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # nvcc's children (cudafe++, cicc, ptxas) too
+            kill_group(proc.pid)  # nvcc's children (cudafe++, cicc, ptxas) too
             output, _ = proc.communicate()
             timed_out, rc = True, -1
         output = output.replace(str(work) + "/", "")

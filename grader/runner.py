@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .labs import PROJECT_ROOT
+from .procgroup import kill_group
 from .sandbox import Sandbox, worker_runtime
 from .textutil import CappedOutput, clean
 
@@ -269,10 +270,7 @@ class WorkerSession:
 
     def kill(self, wait_s: float = 10.0) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(self.proc.pid)
             try:
                 self.proc.wait(wait_s)
             except subprocess.TimeoutExpired:
@@ -287,21 +285,14 @@ class WorkerSession:
                     self.proc.stdin.flush()
                     self.proc.wait(10)
                 except (OSError, subprocess.TimeoutExpired):
-                    try:
-                        os.killpg(self.proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    kill_group(self.proc.pid)
             for pipe in (self.proc.stdin, self.proc.stdout):
                 if pipe is not None:
                     try:
                         pipe.close()
                     except OSError:
                         pass
-            # kill anything the student left behind in the group
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(self.proc.pid)  # anything the student left behind in the group
             self.proc = None
         if self.rfd is not None:
             os.close(self.rfd)
@@ -354,7 +345,7 @@ def run_under_tool(
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc.pid)
             proc.wait()
             break
         if open_pipe and select.select([out], [], [], min(left, 0.5))[0]:
@@ -371,10 +362,7 @@ def run_under_tool(
             while select.select([out], [], [], 0)[0] and _drain(out, console):
                 pass
             break
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # anything left behind in the group
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_group(proc.pid)  # anything left behind in the group
     proc.stdout.close()
     text = ""
     if log and log.exists():
