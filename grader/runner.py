@@ -60,6 +60,11 @@ class Isolation:
     def sandboxed(self) -> bool:
         return self.sandbox.active and not self.trusted
 
+    def for_baselines(self) -> "Isolation":
+        """How the grader's own baseline kernels run beside this submission: unconfined, with the
+        same trusted kernel cache."""
+        return Isolation(self.sandbox, trusted=True, cupy_cache=self.cupy_cache)
+
     def command(self, args: list[str], scratch: Path, extra_env: dict[str, str] | None = None,
                 read_also: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str]]:
         """The argv and environment that run ``args`` (a worker command line) confined."""
