@@ -6,6 +6,7 @@ submission (they become check results) and is safe to call many times in one pro
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -260,11 +261,12 @@ class LabGrading:
         if spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
             self.background.append(self._pool.submit(self._timed, Stage.SANITIZER, self._sanitizer_checks))
-        self.worker = WorkerSession(self.scratch, self.isolation(build.library))
+        isolation = self.isolation(build.library)
+        self.worker = WorkerSession(self.scratch, isolation)
         if spec.benchmark and spec.benchmark.checks and options.timing:
             # the baselines are timed in a worker of their own, which no student code can reach;
             # it starts now, beside the correctness cases
-            self.baselines = WorkerSession(self.scratch / "baselines", Isolation(self.sandbox, trusted=True, cupy_cache=self.cupy_cache))
+            self.baselines = WorkerSession(self.scratch / "baselines", isolation.for_baselines())
             self.baselines.spawn()
         with self.clock.stage("correctness"):
             hung = False
@@ -327,9 +329,11 @@ class LabGrading:
 
     def _counter_checks(self) -> list[CheckResult]:
         assert self.library is not None and self.scratch is not None and self.probe is not None
+        profiles = _Profiles(self.spec.counters)
         return [
             _counter(self.spec, self.problem, check, self.library, self.archs, self.probe.gpu, self.options,
-                     self.scratch / f"ncu-{check.id}", self.isolation(self.library), self.time_left(check.time_limit_s))
+                     self.scratch / f"ncu-{check.id}", self.isolation(self.library), self.time_left(check.time_limit_s),
+                     profiles)
             for check in self.spec.counters
         ]
 
@@ -767,11 +771,35 @@ def _fmt_counter(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
+class _Profiles:
+    """The profiler runs of one lab's counter checks: checks on the same case (params and seed)
+    share one run that collects every metric they need, for the student and for each baseline."""
+
+    def __init__(self, checks: tuple[CounterCheck, ...]):
+        self.metrics: dict[tuple, tuple[str, ...]] = {}
+        self.first: dict[tuple, str] = {}
+        for check in checks:
+            key = self.case(check)
+            self.metrics[key] = tuple(dict.fromkeys(self.metrics.get(key, ()) + check.metric_names))
+            self.first.setdefault(key, check.id)
+        self.runs: dict[tuple, counters.CounterRun] = {}
+
+    @staticmethod
+    def case(check: CounterCheck) -> tuple:
+        return (tuple(sorted(check.params.items())), check.seed)
+
+    def run(self, whose: str, check: CounterCheck, profile: Callable[[tuple[str, ...]], counters.CounterRun]) -> counters.CounterRun:
+        key = (whose, *self.case(check))
+        if key not in self.runs:
+            self.runs[key] = profile(self.metrics[self.case(check)])
+        return self.runs[key]
+
+
 def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, options, folder,
-             isolation: Isolation, time_limit_s: float) -> CheckResult:
-    task = _tool_task(spec, problem, check, folder)
-    metrics = check.metric_names
-    mine = counters.profile(library, {**task, "lib": str(library)}, metrics, folder / "student", time_limit_s, isolation)
+             isolation: Isolation, time_limit_s: float, profiles: _Profiles) -> CheckResult:
+    task = functools.cache(lambda: _tool_task(spec, problem, check, folder))  # only for runs not shared
+    mine = profiles.run("student", check, lambda metrics: counters.profile(
+        library, {**task(), "lib": str(library)}, metrics, folder / "student", time_limit_s, isolation))
     if mine.skipped:
         return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
     if mine.error:
@@ -780,17 +808,25 @@ def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, optio
     v_base, base_error = None, ""
     if check.baseline:
         base_lib = _baseline_library(spec, check.baseline, archs, options)
-        key = f"{gpu_info.name}|{gpu_info.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
-        base = counters.profile(
-            base_lib, {**task, "lib": str(base_lib)}, metrics, folder / "baseline", check.time_limit_s,
-            Isolation(isolation.sandbox, trusted=True, cupy_cache=isolation.cupy_cache), cache_key=key, cache_dir=options.cache_dir or nvcc.default_cache_dir(),
-        )
+
+        def profile_baseline(metrics: tuple[str, ...]) -> counters.CounterRun:
+            key = f"{gpu_info.name}|{gpu_info.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
+            return counters.profile(
+                base_lib, {**task(), "lib": str(base_lib)}, metrics, folder / "baseline", check.time_limit_s,
+                isolation.for_baselines(), cache_key=key,
+                cache_dir=options.cache_dir or nvcc.default_cache_dir(),
+            )
+
+        base = profiles.run(f"baseline {check.baseline}", check, profile_baseline)
         base_error = base.skipped or base.error
         if not base_error:
             v_base = _counter_value(base.values, check)
     measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
                 "profile_seconds": round(mine.seconds, 2)}
-    measured.update({m: mine.values[m] for m in metrics})
+    shared_with = profiles.first[profiles.case(check)]
+    if shared_with != check.id:
+        measured["profile_run_of"] = shared_with
+    measured.update({m: mine.values[m] for m in check.metric_names})
     if v_base is not None:
         measured[check.baseline] = v_base
     case = params_label(check.params)

@@ -137,3 +137,24 @@ def test_a_repo_with_one_hanging_lab_grades_the_others_in_full(tmp_path):
     assert set(suites) == set(lab_ids())
     errors = [case.name for case in suites["tiled_matmul"] if any(isinstance(x, Error) for x in case.result)]
     assert len(errors) == len(find_lab("tiled_matmul").correctness.cases)
+
+
+@pytest.mark.gpu
+def test_two_grader_processes_profile_the_same_gpu_in_turn(tmp_path):
+    """Each sandbox has its own namespaces, where ncu cannot see another's run: the graders take
+    turns through their lock file, so two of them at once both get every counter."""
+    import json
+    import subprocess
+    import sys
+
+    labs = ("corner_turning", "histogram")
+    procs = [subprocess.Popen([sys.executable, "-m", "grader", "grade", lab, "--no-timing", "-q",
+                               "--json", str(tmp_path / f"{lab}.json")], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for lab in labs]
+    outputs = [p.communicate(timeout=400)[0] for p in procs]
+    for lab, proc, output in zip(labs, procs, outputs):
+        assert proc.returncode == 0, output
+        checks = json.loads((tmp_path / f"{lab}.json").read_text())["labs"][0]["checks"]
+        counted = [c for c in checks if c["stage"] == "counters"]
+        assert len(counted) == 2 and all(c["outcome"] == "pass" for c in counted), counted
+        assert counted[1]["measured"]["profile_run_of"] == counted[0]["id"]

@@ -1,0 +1,100 @@
+"""The profiler's plumbing that needs no GPU: the machine-wide lock, retries while the counters
+are busy, and counter checks on one case sharing one run. Real ncu runs are in the GPU tests."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader import counters
+from grader.grade import _Profiles
+from grader.labs import find_lab
+from grader.runner import ToolRun
+from grader.spec import CounterCheck
+
+
+def test_the_profiling_lock_keeps_two_processes_apart(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from grader.counters import profiling_lock
+        with profiling_lock(5, Path({str(tmp_path)!r})):
+            print("held", flush=True)
+            time.sleep(1.5)
+    """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
+    assert holder.stdout.readline().strip() == "held"
+    with counters.profiling_lock(10, tmp_path) as waited:
+        pass
+    assert waited >= 1.0  # the other process held it for 1.5 s after saying so
+    holder.wait(5)
+
+
+def test_waiting_for_the_profiling_lock_gives_up_at_the_limit(tmp_path):
+    with counters.profiling_lock(1, tmp_path):
+        with pytest.raises(TimeoutError):
+            with counters.profiling_lock(0.3, tmp_path):
+                pass
+
+
+def _run(output: str, returncode: int | None = 9) -> ToolRun:
+    return ToolRun(returncode, output, None, 0.1)
+
+
+BUSY = "==ERROR== Profiling failed because a driver resource was unavailable. Ensure that no other tool"
+
+
+def test_a_run_that_found_the_counters_busy_is_tried_again():
+    runs = iter([_run(BUSY), _run("==PROF== Disconnected", 0)])
+    limits = []
+
+    def attempt(limit):
+        limits.append(limit)
+        return next(runs)
+
+    run, why = counters.run_when_counters_free(attempt, 30, pause_s=0.01)
+    assert run is not None and run.returncode == 0 and why == ""
+    assert len(limits) == 2 and all(0 < limit <= 30 for limit in limits)
+
+
+def test_counters_busy_on_every_try_is_a_reason_to_skip():
+    tries = []
+    run, why = counters.run_when_counters_free(lambda limit: tries.append(limit) or _run(BUSY), 30, pause_s=0.01)
+    assert run is None and len(tries) == counters.BUSY_ATTEMPTS
+    assert why.startswith(f"the GPU's performance counters stayed busy through {counters.BUSY_ATTEMPTS} tries")
+
+
+def test_a_run_killed_at_its_limit_is_not_tried_again():
+    tries = []
+    run, _ = counters.run_when_counters_free(lambda limit: tries.append(limit) or _run(BUSY, None), 30, pause_s=0.01)
+    assert run is not None and run.timed_out and len(tries) == 1
+
+
+def _check(cid, metric, seed, params=None, per=""):
+    return CounterCheck(cid, metric, "what", params or {"width": 512}, seed, 1.0, 0.0, 1.0, per=per)
+
+
+def test_counter_checks_on_one_case_share_one_run_with_all_their_metrics():
+    a = _check("a", "m1.sum", 31, per="m2.sum")
+    b = _check("b", "m3.sum + m1.sum", 31)
+    c = _check("c", "m4.sum", 32)
+    profiles = _Profiles((a, b, c))
+    asked = []
+
+    def profile(metrics):
+        asked.append(metrics)
+        return counters.CounterRun(values={m: 1.0 for m in metrics})
+
+    for check in (a, b, c):
+        profiles.run("student", check, profile)
+    profiles.run("baseline naive", a, profile)
+    assert asked == [("m1.sum", "m2.sum", "m3.sum"), ("m4.sum",), ("m1.sum", "m2.sum", "m3.sum")]
+    assert profiles.first[profiles.case(b)] == "a"
+
+
+@pytest.mark.parametrize("lab", ["corner_turning", "histogram"])
+def test_each_lab_profiles_its_counter_checks_in_one_run(lab):
+    spec = find_lab(lab)
+    assert len(spec.counters) == 2
+    assert len({_Profiles.case(check) for check in spec.counters}) == 1
