@@ -5,6 +5,8 @@ params: n (bytes) and text, one of
   english     English-like: lowercase letters at English frequencies, spaces, punctuation,
               digits, newlines and some uppercase (no '^', '_', '`' or '{'..'~')
   one_letter  every byte 'e': all threads hit one bin (maximum contention)
+  below_a     every byte '`' (96), just below 'a': counted by a kernel that checks the letter
+              range only from above
   no_letters  tabs, newlines and every printable ASCII byte except 'a'..'z' (uppercase included)
   uppercase   mostly uppercase letters, some lowercase ones and spaces
 """
@@ -40,19 +42,22 @@ _TABLES = {
 }
 
 
+_FILL = {"one_letter": ord("e"), "below_a": ord("`")}
+
+
 def generate(params, seed, xp):
     n, kind = int(params["n"]), str(params.get("text", "random"))
     rs = xp.random.RandomState(seed)
     if kind == "random":
         text = rs.randint(0, 256, size=n).astype(xp.uint8)
-    elif kind == "one_letter":
-        text = xp.full(n, ord("e"), dtype=xp.uint8)
+    elif kind in _FILL:
+        text = xp.full(n, _FILL[kind], dtype=xp.uint8)
     elif kind in _TABLES:
         values, cdf = _TABLES[kind]
         idx = xp.searchsorted(xp.asarray(cdf), rs.random_sample(n), side="right")
         text = xp.asarray(values)[idx]
     else:
-        raise ValueError(f"unknown text kind {kind!r} (known: random, one_letter, {', '.join(_TABLES)})")
+        raise ValueError(f"unknown text kind {kind!r} (known: random, {', '.join([*_FILL, *_TABLES])})")
     return {"text": text}
 
 
