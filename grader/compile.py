@@ -93,6 +93,7 @@ def build(
     if nvcc is None:
         raise GraderError("nvcc not found: install the CUDA toolkit or set CUDA_HOME (or GRADER_NVCC)")
     src_bytes = _read_source(source)
+    header_bytes, support_bytes = header.read_bytes(), SUPPORT_SOURCE.read_bytes()
     display = display_name or source.name
     cmd_flags = [
         *flags,
@@ -115,8 +116,8 @@ def build(
     for part in (
         CACHE_VERSION.encode(),
         src_bytes,
-        header.read_bytes(),
-        SUPPORT_SOURCE.read_bytes(),
+        header_bytes,
+        support_bytes,
         json.dumps(cmd_flags).encode(),
         toolchain.nvcc_version().encode(),
         display.encode(),
@@ -144,9 +145,8 @@ def build(
         local_src = work / rel
         local_src.parent.mkdir(parents=True, exist_ok=True)
         local_src.write_bytes(src_bytes)
-        local_hdr = work / header.name
-        local_hdr.write_bytes(header.read_bytes())
-        (work / SUPPORT_NAME).write_bytes(SUPPORT_SOURCE.read_bytes())
+        (work / header.name).write_bytes(header_bytes)
+        (work / SUPPORT_NAME).write_bytes(support_bytes)
         cmd = [str(nvcc), *cmd_flags, "-include", header.name, "-o", "lib.so", str(rel), SUPPORT_NAME]
         prlimit = shutil.which("prlimit")
         if prlimit:
