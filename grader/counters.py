@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from . import toolchain
-from .runner import Isolation, ToolRun, describe_exit, run_under_tool
+from .runner import Isolation, ToolRun, run_under_tool
 from .textutil import cap_lines
 
 
@@ -160,13 +160,9 @@ def profile(
     problem = _permission_problem(text)
     if problem:
         return CounterRun(skipped=problem, log=cap_lines(text, 20), seconds=seconds)
-    if run.result is None:
-        code = run.returncode or 0
-        status, reason = describe_exit(code) if code != 0 else ("exited", "the profiled process ended early")
-        return CounterRun(error=reason, log=cap_lines(text, 30), seconds=seconds)
-    data = run.result
-    if data.get("status") != "ok":
-        return CounterRun(error=data.get("error", "failed"), log=cap_lines(text, 30), seconds=seconds)
+    failure = run.failure("the profiled process ended early")
+    if failure:
+        return CounterRun(error=failure, log=cap_lines(text, 30), seconds=seconds)
     values, kernels = parse_csv(text)
     missing = [m for m in metrics if m not in values]
     if not kernels:

@@ -324,6 +324,15 @@ class ToolRun:
     def timed_out(self) -> bool:
         return self.returncode is None
 
+    def failure(self, ended_silently: str) -> str:
+        """Why the worker did not report success ("" if it did); ``ended_silently`` where it exited
+        with status 0 before reporting anything."""
+        if self.result is None:
+            return describe_exit(self.returncode)[1] if self.returncode else ended_silently
+        if self.result.get("status") != "ok":
+            return self.result.get("error", "failed")
+        return ""
+
 
 def run_under_tool(
     tool_cmd: list[str], task: dict, scratch: Path, time_limit_s: float, isolation: Isolation,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import toolchain
-from .runner import Isolation, describe_exit, run_under_tool
+from .runner import Isolation, run_under_tool
 from .textutil import cap_lines
 
 ERROR_EXIT = 86  # what compute-sanitizer exits with when it reported an error
@@ -102,12 +102,9 @@ def run(library: Path, task: dict, tool: str, scratch: Path, time_limit_s: float
         return SanitizerRun(errors=max(count, 1), findings=tuple(findings[:3]), log=cap_lines(text, 60), seconds=result.seconds)
     if "Unable to find injection library" in text or "Error: Device not supported" in text:
         return SanitizerRun(skipped=f"compute-sanitizer cannot run on this machine: {cap_lines(text, 3)}", seconds=result.seconds)
-    if result.result is None:
-        code = result.returncode or 0
-        reason = describe_exit(code)[1] if code else "the process ended before it reported"
-        return SanitizerRun(error=reason, log=cap_lines(text, 30), seconds=result.seconds)
-    if result.result.get("status") != "ok":
-        return SanitizerRun(error=result.result.get("error", "failed"), log=cap_lines(text, 30), seconds=result.seconds)
+    failure = result.failure("the process ended before it reported")
+    if failure:
+        return SanitizerRun(error=failure, log=cap_lines(text, 30), seconds=result.seconds)
     return SanitizerRun(seconds=result.seconds)
 
 

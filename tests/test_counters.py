@@ -98,3 +98,16 @@ def test_each_lab_profiles_its_counter_checks_in_one_run(lab):
     spec = find_lab(lab)
     assert len(spec.counters) == 2
     assert len({_Profiles.case(check) for check in spec.counters}) == 1
+
+
+@pytest.mark.parametrize("run,reason", [
+    (ToolRun(0, "", {"status": "ok"}, 0.1), ""),
+    (ToolRun(0, "", {"status": "cuda_error", "error": "CUDA error: an illegal memory access"}, 0.1),
+     "CUDA error: an illegal memory access"),
+    (ToolRun(-11, "", None, 0.1), "segmentation fault in host code (a bad pointer dereferenced on the CPU?) [SIGSEGV]"),
+    (ToolRun(3, "", None, 0.1), "the process exited with status 3 while running your code (exit() called?)"),
+    (ToolRun(0, "", None, 0.1), "ended before reporting"),
+])
+def test_why_a_tool_run_failed(run, reason):
+    """Shared by the sanitizer and the profiler: a crash, an exit or an error the worker reported."""
+    assert run.failure("ended before reporting") == reason
