@@ -24,6 +24,7 @@ from .validate import validate
 from .outcome import fmt_points
 from .report import data as json_report
 from .report import junit, text
+from .textutil import clean, clean_line, neutralize_commands
 
 EXIT_OK, EXIT_BELOW, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -109,8 +110,13 @@ def _options(args: argparse.Namespace) -> GradeOptions:
     )
 
 
+def _say(message: str) -> None:
+    """A message for the user on stderr: no control characters, no workflow command."""
+    print(neutralize_commands(clean(message)), file=sys.stderr, flush=True)
+
+
 def _progress(args: argparse.Namespace):
-    return (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    return (lambda msg: None) if args.quiet else (lambda msg: _say(clean_line(msg)))
 
 
 def _fail_under(value: str, max_score: float) -> float:
@@ -242,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except GraderError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

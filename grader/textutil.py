@@ -1,17 +1,81 @@
-"""Making tool output safe and short enough for reports (XML, Markdown, terminals)."""
+"""Making tool output safe and short enough for reports (XML, Markdown, terminals, CI logs)."""
 
 from __future__ import annotations
 
+import html
 import re
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-# XML 1.0 allows tab, LF, CR and everything from 0x20 except surrogates and U+FFFE/U+FFFF.
-_ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+# CSI (7-bit ESC [ or 8-bit U+009B), OSC (ESC ] or U+009D, ended by BEL or ST within the line)
+# and the other two-character escapes; a lone introducer is left to _UNSAFE.
+_ANSI = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[@-Z\\-_]"
+)
+# What neither XML 1.0 nor a terminal should get: C0 controls except tab and LF (so lone CRs
+# too), DEL, the C1 controls U+0080..U+009F, lone surrogates and U+FFFE/U+FFFF.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# GitHub's runner reads workflow commands from each line of a step's output (lines end at LF or
+# CR): ``::name::`` after leading whitespace, and ``##[name]`` anywhere in the line.
+_COMMAND = re.compile(r"(?:\A|(?<=[\r\n]))\s*:(?=:)|#(?=#\[)")
+_ZWSP = "\u200b"
+# Markdown that renders as something other than the text: HTML, emphasis, links, images, code,
+# strikethrough, math and table pipes; URL and www. autolinks are defused below. (GFM still turns
+# a bare e-mail address into a mailto: link showing that same address: no escape prevents that.)
+_MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"} | {c: "\\" + c for c in "\\`*_[]!|~$"})
+_MD_AUTOLINK = re.compile(r"(?i)(?<=www)\.|:(?=//)")
 
 
 def clean(text: str) -> str:
-    """Strip ANSI escapes and characters that XML cannot hold."""
-    return _ILLEGAL_XML.sub("", _ANSI.sub("", text.replace("\r\n", "\n")))
+    """Strip ANSI escapes, lone CRs and characters that XML or a terminal must not get (keeps tab and LF)."""
+    return _UNSAFE.sub("", _ANSI.sub("", text.replace("\r\n", "\n")))
+
+
+def _escape_char(ch: str) -> str:
+    return repr(ch)[1:-1]  # \n, \t, \x1b, \u202e, \udcff: what Python's repr shows
+
+
+def one_line(text: str) -> str:
+    """``text`` (a name) as one printable line: control, format and separator characters as escapes."""
+    return "".join(ch if ch.isprintable() else _escape_char(ch) for ch in text)
+
+
+def clean_line(text: str) -> str:
+    """Tool output for a one-line field: ``clean`` it, then ``one_line`` what is left."""
+    return one_line(clean(text))
+
+
+def neutralize_commands(text: str) -> str:
+    """Defuse GitHub workflow commands (``::error::``, ``##[error]``) with a zero-width space."""
+    return _COMMAND.sub(lambda m: m.group(0) + _ZWSP, text)
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(run) for run in re.findall("`+", text)), default=0)
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as inline Markdown that renders as itself: no HTML, links, images or emphasis."""
+    return _MD_AUTOLINK.sub(lambda m: "\\" + m.group(0), text.translate(_MD_ESCAPES))
+
+
+def markdown_code(text: str, *, in_table: bool = False) -> str:
+    """``text`` as a code span whose delimiter is longer than any backtick run inside it."""
+    ticks = "`" * (_longest_backtick_run(text) + 1)
+    pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else ""
+    body = text.replace("|", "\\|") if in_table else text
+    return f"{ticks}{pad}{body}{pad}{ticks}"
+
+
+def markdown_fence(text: str) -> str:
+    """``text`` as a fenced code block that no line inside it can close."""
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+def html_text(text: str) -> str:
+    """``text`` for an HTML element's content (as in ``<summary>``)."""
+    return html.escape(text, quote=False)
 
 
 def cap_lines(text: str, max_lines: int, max_chars: int = 8000) -> str:

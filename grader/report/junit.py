@@ -9,14 +9,14 @@ from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from ..grade import LabReport
 from ..outcome import CheckResult, Outcome, fmt_points
-from ..textutil import cap_lines, clean
+from ..textutil import cap_lines, clean, clean_line, one_line
 
 MAX_DETAIL_LINES = 60
 
 
 def _result(check: CheckResult):
     """The one place where outcomes become JUnit elements."""
-    message = clean(check.message)
+    message = clean_line(check.message)
     if check.outcome is Outcome.FAIL:
         return Failure(message, "failure")
     if check.outcome is Outcome.ERROR:
@@ -31,7 +31,7 @@ def suite(report: LabReport) -> TestSuite:
     s.add_property("score", fmt_points(report.score))
     s.add_property("max_score", fmt_points(report.max_score))
     s.add_property("skipped_points", fmt_points(report.skipped_points))
-    s.add_property("submission", clean(report.submission))
+    s.add_property("submission", one_line(report.submission))
     for key, value in report.environment.items():
         s.add_property(key, clean(str(value)))
     for lib, row in report.timings.items():

@@ -8,7 +8,8 @@ from typing import Iterable
 
 from ..grade import LabReport
 from ..outcome import Outcome, fmt_points
-from ..textutil import cap_lines, clean
+from ..textutil import (cap_lines, clean, clean_line, html_text, markdown_code, markdown_fence, markdown_text,
+                        neutralize_commands, one_line)
 
 _COLORS = {Outcome.PASS: "32", Outcome.FAIL: "31", Outcome.ERROR: "31;1", Outcome.SKIPPED: "33"}
 MARKDOWN_LIMIT = 1 << 20  # GitHub's job summary limit
@@ -31,19 +32,19 @@ def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -
     color = _use_color(stream)
     out: list[str] = []
     for r in reports:
-        out.append(f"== {r.lab}: {r.title} -- {r.submission}")
+        out.append(f"== {r.lab}: {r.title} -- {one_line(r.submission)}")
         for c in r.checks:
             tag = f"{c.outcome.symbol:<5}"
             if color:
                 tag = f"\x1b[{_COLORS[c.outcome]}m{tag}\x1b[0m"
             pts = f"{fmt_points(c.points):>5}/{fmt_points(c.max_points):<3}" if c.max_points else " " * 9
-            out.append(f"  {tag} {pts} {c.id}: {clean(c.message)}")
+            out.append(f"  {tag} {pts} {c.id}: {clean_line(c.message)}")
             if c.details and (verbose or c.outcome in (Outcome.FAIL, Outcome.ERROR)):
                 for line in cap_lines(clean(c.details), 15 if not verbose else 200).splitlines():
                     out.append(f"                  {line}")
         if r.kernels:
             out.append("  kernels (ptxas): " + "; ".join(
-                f"{k.name}: {k.registers} regs, {k.smem_bytes} B smem, {k.stack_bytes} B stack, "
+                f"{one_line(k.name)}: {k.registers} regs, {k.smem_bytes} B smem, {k.stack_bytes} B stack, "
                 f"{k.spill_store_bytes + k.spill_load_bytes} B spills" for k in r.kernels))
         for lib, row in r.timings.items():
             extra = f", {row['gflops']} GFLOP/s ({row.get('pct_fp32_peak', '?')}% of FP32 peak)" if "gflops" in row else ""
@@ -53,21 +54,28 @@ def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -
             out.append(f"  time {lib}: median {row['median_ms']:.4f} ms, min {row['min_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}{extra}{noisy}")
         skipped = [c for c in r.checks if c.outcome is Outcome.SKIPPED]
         if skipped:
-            reasons = sorted({c.message for c in skipped})
+            reasons = sorted({clean_line(c.message) for c in skipped})
             out.append(f"  skipped {len(skipped)} checks: " + "; ".join(reasons))
         if r.environment.get("sandbox"):
-            out.append(f"  sandbox: {r.environment['sandbox']}")
+            out.append(f"  sandbox: {clean_line(str(r.environment['sandbox']))}")
         out.append(f"  {score_line(r)}")
     if len(reports) > 1:
         total, total_max = sum(r.score for r in reports), sum(r.max_score for r in reports)
         skipped = sum(r.skipped_points for r in reports)
         note = f" ({fmt_points(skipped)} points not checked here)" if skipped else ""
         out.append(f"== total over {len(reports)} labs: {fmt_points(total)}/{fmt_points(total_max)}{note}")
-    return "\n".join(out) + "\n"
+    # Student text is in many of these lines: none may become a GitHub workflow command.
+    return neutralize_commands("\n".join(out) + "\n")
 
 
 def _cell(text: str) -> str:
-    return clean(text).replace("|", "\\|").replace("\n", " ")
+    """Tool output as one Markdown table cell (or inline text) that renders as itself."""
+    return markdown_text(clean_line(text))
+
+
+def _details(summary: str, text: str) -> list[str]:
+    """A collapsed block: ``text`` verbatim in a code block that nothing inside can close."""
+    return ["", f"<details><summary>{html_text(clean_line(summary))}</summary>", "", markdown_fence(text), "</details>"]
 
 
 def markdown(reports: list[LabReport]) -> str:
@@ -76,13 +84,13 @@ def markdown(reports: list[LabReport]) -> str:
     lines = [f"# CUDA lab grade: {fmt_points(total)}/{fmt_points(total_max)}", ""]
     icon = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.ERROR: "💥", Outcome.SKIPPED: "⏭️"}
     for r in reports:
-        lines += [f"## {r.lab}: {r.title}", "", f"`{_cell(r.submission)}`: **{score_line(r)}**", ""]
+        lines += [f"## {r.lab}: {r.title}", "", f"{markdown_code(one_line(r.submission))}: **{score_line(r)}**", ""]
         lines += ["| | Check | Points | Result |", "|---|---|---|---|"]
         for c in r.checks:
             lines.append(f"| {icon[c.outcome]} | `{c.id}` | {fmt_points(c.points)}/{fmt_points(c.max_points)} | {_cell(c.message)} |")
         details = [c for c in r.checks if c.details and c.outcome in (Outcome.FAIL, Outcome.ERROR)]
         for c in details:
-            lines += ["", f"<details><summary>{_cell(c.id)}</summary>", "", "```", cap_lines(clean(c.details), 40), "```", "</details>"]
+            lines += _details(c.id, cap_lines(clean(c.details), 40))
         if r.timings:
             lines += ["", "| Kernel | Median ms | Min ms | CV % | n | GFLOP/s | % FP32 peak |", "|---|---|---|---|---|---|---|"]
             for lib, row in r.timings.items():
@@ -90,7 +98,7 @@ def markdown(reports: list[LabReport]) -> str:
         if r.kernels:
             lines += ["", "| Kernel | Registers | Shared B | Stack B | Spill B |", "|---|---|---|---|---|"]
             for k in r.kernels:
-                lines.append(f"| `{_cell(k.name)}` | {k.registers} | {k.smem_bytes} | {k.stack_bytes} | {k.spill_store_bytes + k.spill_load_bytes} |")
+                lines.append(f"| {markdown_code(one_line(k.name), in_table=True)} | {k.registers} | {k.smem_bytes} | {k.stack_bytes} | {k.spill_store_bytes + k.spill_load_bytes} |")
         env = ", ".join(f"{k}: {v}" for k, v in r.environment.items() if not k.startswith(("health.", "device.")))
         lines += ["", f"<sub>{_cell(env)}</sub>", ""]
     text = "\n".join(lines)
