@@ -16,9 +16,11 @@ from pathlib import Path
 
 from . import toolchain
 from .errors import GraderError
-from .procgroup import kill_group
-from .sandbox import Sandbox
-from .textutil import cap_lines, clean
+from .paths import default_cache_dir
+from .procgroup import kill_group, pump
+from .safeio import SOURCE_LIMIT_BYTES, read_file
+from .sandbox import Sandbox, confined_env
+from .textutil import CappedOutput, cap_lines, clean
 
 SUPPORT_SOURCE = Path(__file__).parent / "cuda" / "support.cu"
 SUPPORT_NAME = "grader-support.cu"
@@ -26,6 +28,16 @@ CACHE_VERSION = "2"
 # Address space for nvcc and its children: a template bomb fails instead of swapping the machine.
 # (Only the compiler: CUDA programs reserve huge virtual ranges and break under RLIMIT_AS.)
 COMPILE_MEMORY_LIMIT_BYTES = 8 << 30
+# The largest file the compiler may write (a student's #include of a huge file, a runaway
+# template): far above any real shared object.
+COMPILE_FILE_LIMIT_BYTES = 512 << 20
+# What is kept of the compiler's output: its start (the first errors) and its end.
+COMPILE_OUTPUT_HEAD_BYTES = 256 << 10
+COMPILE_OUTPUT_TAIL_BYTES = 32 << 10
+#: The runtime's launch functions, wrapped so that the support file records which kernels ran.
+WRAPPED_LAUNCHES = ("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz",
+                    "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz", "cudaLaunchKernelExC",
+                    "cudaLaunchKernelExC_ptsz")
 
 
 @dataclass(frozen=True)
@@ -53,14 +65,6 @@ class BuildResult:
     cached: bool
     seconds: float
     timed_out: bool = False
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("GRADER_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cuda-lab-grader"
 
 
 def gencode_flags(archs: tuple[str, ...]) -> list[str]:
@@ -110,6 +114,7 @@ def build(
         "-lineinfo",
         "-Xlinker",
         "--no-undefined",
+        *(f for name in WRAPPED_LAUNCHES for f in ("-Xlinker", f"--wrap={name}")),
         *(f for name in exports for f in ("-Xlinker", f"--require-defined={name}")),
     ]
     key = hashlib.sha256()
@@ -147,26 +152,17 @@ def build(
         local_src.write_bytes(src_bytes)
         (work / header.name).write_bytes(header_bytes)
         (work / SUPPORT_NAME).write_bytes(support_bytes)
-        cmd = [str(nvcc), *cmd_flags, "-include", header.name, "-o", "lib.so", str(rel), SUPPORT_NAME]
+        # "./": a file named like an option (-DX.cu) is still a file to nvcc
+        cmd = [str(nvcc), *cmd_flags, "-include", header.name, "-o", "lib.so", f"./{rel}", SUPPORT_NAME]
         prlimit = shutil.which("prlimit")
         if prlimit:
-            cmd = [prlimit, f"--as={COMPILE_MEMORY_LIMIT_BYTES}", "--", *cmd]
+            cmd = [prlimit, f"--as={COMPILE_MEMORY_LIMIT_BYTES}", f"--fsize={COMPILE_FILE_LIMIT_BYTES}", "--", *cmd]
         if sandbox is not None:
             cuda_root = nvcc.resolve().parent.parent
             cmd = sandbox.wrap(cmd, read_only=(cuda_root,), writable=(work,), cwd=work)
-        timed_out = False
-        proc = subprocess.Popen(
-            cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-            start_new_session=True,
-        )
-        try:
-            output, _ = proc.communicate(timeout=time_limit_s)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            kill_group(proc.pid)  # nvcc's children (cudafe++, cicc, ptxas) too
-            output, _ = proc.communicate()
-            timed_out, rc = True, -1
-        output = output.replace(str(work) + "/", "")
+        output, rc = _run_compiler(cmd, work, time_limit_s)
+        timed_out = rc is None
+        output = output.replace(str(work) + "/", "").replace(f"./{rel}", str(rel))
         ok = rc == 0 and (work / "lib.so").exists()
         kernels = parse_ptxas(output, archs[0] if archs else None) if ok else ()
         if timed_out:
@@ -197,12 +193,27 @@ def build(
         raise
 
 
+def _run_compiler(cmd: list[str], work: Path, time_limit_s: float) -> tuple[str, int | None]:
+    """Run nvcc with no standard input and an allow-listed environment; its output capped.
+
+    Returns the output and the exit status, None if it was stopped at the time limit (with its
+    children: cudafe++, cicc, ptxas)."""
+    output = CappedOutput(COMPILE_OUTPUT_HEAD_BYTES, COMPILE_OUTPUT_TAIL_BYTES)
+    proc = subprocess.Popen(cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=confined_env({"TMPDIR": "/tmp"}), start_new_session=True)
+    assert proc.stdout is not None
+    try:
+        rc = pump({proc.stdout.fileno(): output}, proc, time.monotonic() + time_limit_s)
+    finally:
+        kill_group(proc.pid)
+        proc.stdout.close()
+    return output.text(), rc
+
+
 def _read_source(source: Path) -> bytes:
-    if not source.exists():
-        raise GraderError("file not found", path=source)
-    if source.is_dir():
+    if source.is_dir() and not source.is_symlink():
         raise GraderError("is a directory, expected a .cu file", path=source)
-    data = source.read_bytes()
+    data = read_file(source, SOURCE_LIMIT_BYTES, "a submitted source file")
     if not data.strip():
         raise GraderError("the file is empty", path=source)
     try:

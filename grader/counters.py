@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from . import toolchain
-from .runner import Isolation, ToolRun, run_under_tool
+from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
 from .textutil import cap_lines
 
 
@@ -116,7 +116,7 @@ def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: fl
                 run = attempt(left - waited)
         except TimeoutError as exc:
             return None, f"another grader kept the profiler busy for {time_limit_s:g} s (lock {exc})"
-        if run.timed_out or BUSY_MARK not in run.output:
+        if run.timed_out or BUSY_MARK not in run.log:  # the profiler's own report, never what the program printed
             return run, ""
         if tries < BUSY_ATTEMPTS and deadline - time.monotonic() > pause_s:
             time.sleep(pause_s)
@@ -128,13 +128,16 @@ def profile(
     library: Path,
     task: dict,
     metrics: tuple[str, ...],
-    scratch: Path,
+    dirs: RunDirs,
     time_limit_s: float,
     isolation: Isolation,
     cache_key: str | None = None,
     cache_dir: Path | None = None,
 ) -> CounterRun:
-    """Run one ``profile`` task of the worker under ncu and collect ``metrics``."""
+    """Run one ``profile`` task of the worker under ncu and collect ``metrics``.
+
+    ncu's report comes through a pipe that only the grader reads: what the program printed
+    (forged CSV rows, a fake "counters busy") is never parsed."""
     cache_file = None
     if cache_key and cache_dir:
         digest = hashlib.sha256(cache_key.encode() + library.read_bytes()).hexdigest()[:32]
@@ -145,16 +148,17 @@ def profile(
     ncu = toolchain.find("ncu")
     if ncu is None:
         return CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
-    log = scratch / "ncu.log"
     cmd = [
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
-        "--clock-control", "none", "--log-file", str(log), "-f",
+        "--clock-control", "none", "--log-file", TOOL_LOG,
     ]
     job = {**task, "kind": "case", "memcpy_only": True, "guard": 0}
-    run, busy = run_when_counters_free(lambda limit: run_under_tool(cmd, job, scratch, limit, isolation, log=log), time_limit_s)
+    attempts = iter(range(1, 100))
+    run, busy = run_when_counters_free(
+        lambda limit: run_under_tool(cmd, job, dirs.sub(f"try{next(attempts)}"), limit, isolation), time_limit_s)
     if run is None:
         return CounterRun(skipped=busy)
-    text, seconds = run.output, run.seconds
+    text, seconds = run.log, run.seconds
     if run.timed_out:
         return CounterRun(error=f"did not finish within {time_limit_s:g} s under the profiler and was killed", seconds=seconds)
     problem = _permission_problem(text)
@@ -162,7 +166,7 @@ def profile(
         return CounterRun(skipped=problem, log=cap_lines(text, 20), seconds=seconds)
     failure = run.failure("the profiled process ended early")
     if failure:
-        return CounterRun(error=failure, log=cap_lines(text, 30), seconds=seconds)
+        return CounterRun(error=failure, log=cap_lines(f"{text}\n{run.console}".strip(), 30), seconds=seconds)
     values, kernels = parse_csv(text)
     missing = [m for m in metrics if m not in values]
     if not kernels:

@@ -28,7 +28,8 @@ from .check import compare
 from .errors import internal_error_message
 from .labs import load_problem
 from .outcome import CheckResult, Outcome, Stage, partial_credit
-from .runner import Isolation, TaskResult, WorkerSession
+from .runner import Isolation, RunDirs, TaskResult, WorkerSession
+from .safeio import load_npy
 from .spec import Case, CounterCheck, LabSpec, SanitizerCheck, params_label, split_metrics
 from .timing import should_stop, summarize
 
@@ -198,7 +199,9 @@ class LabGrading:
         self.library: Path | None = None
         self.probe: gpu.GpuProbe | None = None
         self.problem = None
-        self.scratch: Path | None = None
+        self.scratch: Path | None = None  # the grading's private folder (see student_dirs())
+        self.launched: set[str] | None = set()  # kernels the correctness cases ran; None: unknown
+        self.cases_run = 0  # correctness cases whose every run completed
         self.worker: WorkerSession | None = None
         self.background: list[Future] = []
         self.counters_started = False
@@ -237,7 +240,7 @@ class LabGrading:
         self.library, self.kernels = build.library, build.kernels
 
         with self.clock.stage("static"):
-            self.checks += _static_checks(spec, build.library)
+            self.checks += _static_checks(spec, build.library, build.kernels)
 
         if probe.gpu is None:
             gated = {c.id for c in spec.static if c.after_correctness}
@@ -262,11 +265,11 @@ class LabGrading:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
             self.background.append(self._pool.submit(self._timed, Stage.SANITIZER, self._sanitizer_checks))
         isolation = self.isolation(build.library)
-        self.worker = WorkerSession(self.scratch, isolation)
+        self.worker = WorkerSession(self.student_dirs(), isolation)
         if spec.benchmark and spec.benchmark.checks and options.timing:
             # the baselines are timed in a worker of their own, which no student code can reach;
             # it starts now, beside the correctness cases
-            self.baselines = WorkerSession(self.scratch / "baselines", isolation.for_baselines())
+            self.baselines = WorkerSession(self.trusted_dirs(), isolation.for_baselines())
             self.baselines.spawn()
         with self.clock.stage("correctness"):
             hung = False
@@ -282,15 +285,53 @@ class LabGrading:
                     continue
                 self.progress(f"[{spec.id}] correctness {i + 1}/{len(cases)}: {case.label}")
                 seed = secret_seed(options, spec.id, cid, case.seed)
-                result = _correctness(spec, self.problem, case, build.library, self.worker, self.scratch / f"case{i}",
+                result = _correctness(spec, self.problem, case, build.library, self.worker, f"case{i}",
                                       seed, self.time_left(spec.correctness.time_limit_s))
+                self.note_launched(result)
                 self.checks.append(result)
                 hung = result.measured.get("status") == "timeout"
                 if not self.counters_started and spec.counters and options.counters and result.outcome is Outcome.PASS:
                     self.counters_started = True
                     self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
                     self.background.append(self._pool.submit(self._timed, Stage.COUNTERS, self._counter_checks))
+        self.rejudge_static()
         return self
+
+    def rejudge_static(self) -> None:
+        """Judge the compiled-code checks again on the kernels the correctness cases ran."""
+        if self.launched is None or self.library is None or not self.spec.static or not self.cases_run:
+            return
+        if self.launched and not self.launched & {k.name for k in self.kernels}:
+            return  # names that match no kernel of the file: judge the file as a whole
+        judged = {c.id: c for c in _static_checks(self.spec, self.library, self.kernels, self.launched)}
+        self.checks = [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in self.checks]
+
+    # The grading's folder holds three kinds of places: ``grader/`` only the grader writes (inputs,
+    # task files; the sandbox sees it read-only), ``student/`` and ``runs/`` the student's runs may
+    # write (read back only through safeio), ``baselines/`` the trusted runs' own.
+    def student_dirs(self) -> RunDirs:
+        assert self.scratch is not None
+        return RunDirs(self.scratch / "grader", self.scratch / "student")
+
+    def trusted_dirs(self) -> RunDirs:
+        assert self.scratch is not None
+        return RunDirs(self.scratch / "grader" / "baselines", self.scratch / "baselines")
+
+    def tool_dirs(self, name: str) -> RunDirs:
+        """The folders of one sanitizer or profiler run of the student's code."""
+        assert self.scratch is not None
+        return RunDirs(self.scratch / "grader" / name, self.scratch / "runs" / name)
+
+    def note_launched(self, result: CheckResult) -> None:
+        """Add the kernels a correctness case ran to what the static checks judge."""
+        names = result.measured.get("kernels_launched")
+        if self.launched is None or names is None:
+            return
+        self.cases_run += 1
+        if names == "unknown":
+            self.launched = None
+        else:
+            self.launched.update(str(n) for n in names)  # type: ignore[union-attr]
 
     @property
     def cupy_cache(self) -> Path:
@@ -322,7 +363,7 @@ class LabGrading:
     def _sanitizer_checks(self) -> list[CheckResult]:
         assert self.library is not None and self.scratch is not None
         return [
-            _sanitize(self.spec, self.problem, check, self.library, self.scratch / f"sanitizer-{check.id}", self.name,
+            _sanitize(self.spec, self.problem, check, self.library, self.tool_dirs(f"sanitizer-{check.id}"), self.name,
                       self.isolation(self.library), self.time_left(check.time_limit_s))
             for check in self.spec.sanitizers
         ]
@@ -332,8 +373,8 @@ class LabGrading:
         profiles = _Profiles(self.spec.counters)
         return [
             _counter(self.spec, self.problem, check, self.library, self.archs, self.probe.gpu, self.options,
-                     self.scratch / f"ncu-{check.id}", self.isolation(self.library), self.time_left(check.time_limit_s),
-                     profiles)
+                     self.tool_dirs(f"ncu-{check.id}"), self.trusted_dirs().sub(f"ncu-{check.id}"),
+                     self.isolation(self.library), self.time_left(check.time_limit_s), profiles)
             for check in self.spec.counters
         ]
 
@@ -388,7 +429,7 @@ class LabGrading:
                 with self.clock.stage("timing"):
                     seed = secret_seed(options, spec.id, "timing", spec.benchmark.seed)
                     speed, timings = _speed(spec, self.problem, self.library, self.archs, options, self.worker,
-                                            self.baselines, self.scratch / "timing", seed, self.deadline)
+                                            self.baselines, "timing", seed, self.deadline)
                 self.checks += speed
                 self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
                 self.timings = timings
@@ -439,16 +480,31 @@ def grade(
 # ------------------------------------------------------------------ static
 
 
-def _static_checks(spec: LabSpec, library: Path) -> list[CheckResult]:
+def _static_checks(spec: LabSpec, library: Path, kernels: tuple[nvcc.KernelResources, ...] = (),
+                   launched: set[str] | None = None) -> list[CheckResult]:
+    """The compiled-code checks; with ``launched``, only kernels that ran are judged (a kernel the
+    file defines but never launches earns nothing)."""
     if not spec.static:
         return []
     try:
         facts = sass.inspect(library)
     except sass.SassUnavailable as exc:
         return [CheckResult(c.id, Stage.STATIC, Outcome.SKIPPED, 0, c.points, str(exc)) for c in spec.static]
+    scope = ""
+    if launched is not None:
+        unused = {k.name for k in kernels} - launched
+        facts = facts.without(unused)
+        scope = f" (judged on the kernels that ran: {', '.join(sorted(launched)) or 'none'})"
+    unsure = launched is None and len(kernels) > 1  # which of several kernels run is not known yet
     out = []
     for c in spec.static:
         ok, evidence = sass.requirement_met(facts, c.require)
+        if unsure and not sass.settled_without_knowing_what_ran(c.require, ok):
+            out.append(CheckResult(c.id, Stage.STATIC, Outcome.SKIPPED, 0, c.points,
+                                   f"{evidence}; your file defines {len(kernels)} kernels, and only those that run "
+                                   "count: which ones do is seen when the correctness cases run on a GPU"))
+            continue
+        evidence += scope
         message = evidence if ok else f"{evidence}. {c.hint}".strip()
         out.append(
             CheckResult(c.id, Stage.STATIC, Outcome.PASS if ok else Outcome.FAIL, c.points if ok else 0, c.points, message)
@@ -500,6 +556,8 @@ def _failure_from_task(result: TaskResult, cid: str, stage: Stage, points: float
                 break
     elif result.status == "worker_error":
         msg = "internal grader error while running your code (see the log)"
+    elif result.status == "out_of_memory":
+        msg = f"{result.reason}; the next case runs in a fresh process"
     else:
         msg = result.reason
     details = result.reason if result.status == "worker_error" else ""
@@ -508,31 +566,42 @@ def _failure_from_task(result: TaskResult, cid: str, stage: Stage, points: float
     return CheckResult(cid, stage, Outcome.ERROR, 0, points, msg, details, {"status": result.status}, result.seconds)
 
 
-def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: WorkerSession, folder: Path,
+def _output_limit(want: np.ndarray) -> int:
+    """The most an output file of ``want``'s shape may hold (the .npy header included)."""
+    return int(want.nbytes) + (64 << 10)
+
+
+def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: WorkerSession, folder: str,
                  seed: int, time_limit_s: float) -> CheckResult:
     """Run a case ``repeat`` times on the same inputs; the first wrong run decides."""
     cid = f"correctness[{case.label}]"
-    inputs, paths = _write_inputs(spec, problem, case.params, seed, folder)
+    inputs, paths = _write_inputs(spec, problem, case.params, seed, worker.dirs.inbox / folder)
     expected = problem.expected(inputs, dict(case.params))
     max_err, seconds, wrong_runs, first_wrong = 0.0, 0.0, 0, None
+    launched: set[str] | None = set()
     for run in range(case.repeat):
         task = {
             "kind": "case", "id": cid, "lib": str(library), "launcher": _launcher_dict(spec),
-            "params": dict(case.params), "inputs": paths, "out_dir": str(folder),
+            "params": dict(case.params), "inputs": paths, "out_dir": str(worker.dirs.outbox / folder),
             "guard": spec.correctness.guard_elements,
         }
         result = worker.run(task, time_limit_s)
         if result.status != "ok":
             return _failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
+        names = result.data.get("kernels_launched")
+        if launched is not None and isinstance(names, list):
+            launched.update(nvcc.demangle(str(n)) for n in names)
+        else:
+            launched = None
         seconds += result.seconds
         problems, details = [], []
         for name, (before, after) in result.data.get("guard_violations", {}).items():
             problems.append(f"wrote outside {name}: {before} bytes changed before it, {after} after it")
         for name in result.data.get("inputs_modified", []):
             problems.append(f"modified its input {name} (inputs must be left unchanged)")
-        for name, want in expected.items():
-            got = np.load(result.data["outputs"][name])
-            cmp = compare(name, got, want, spec.tolerance, case.params, spec.correctness.max_mismatches_shown)
+        for out, want in expected.items():
+            got = load_npy(worker.dirs.outbox, f"{folder}/{out}.npy", _output_limit(want))
+            cmp = compare(out, got, want, spec.tolerance, case.params, spec.correctness.max_mismatches_shown)
             max_err = max(max_err, cmp.max_abs_error)
             if not cmp.ok:
                 problems.append(cmp.summary)
@@ -540,7 +609,8 @@ def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: Work
         if problems:
             wrong_runs += 1
             first_wrong = first_wrong or (problems, details)
-    measured = {"max_abs_error": max_err, "seconds": round(seconds, 6), "runs": case.repeat, "wrong_runs": wrong_runs}
+    measured = {"max_abs_error": max_err, "seconds": round(seconds, 6), "runs": case.repeat, "wrong_runs": wrong_runs,
+                "kernels_launched": sorted(launched) if launched is not None else "unknown"}
     if first_wrong:
         problems, details = first_wrong
         message = "; ".join(problems)
@@ -557,17 +627,17 @@ def _correctness(spec: LabSpec, problem, case: Case, library: Path, worker: Work
 # ------------------------------------------------------------------ sanitizers
 
 
-def _tool_task(spec: LabSpec, problem, check: SanitizerCheck | CounterCheck, folder: Path) -> dict:
-    """The one-launch case task a sanitizer or profiler runs, its inputs written to ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    _, paths = _write_inputs(spec, problem, check.params, check.seed, folder)
-    return {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths, "out_dir": str(folder)}
+def _tool_task(spec: LabSpec, problem, check: SanitizerCheck | CounterCheck, dirs: RunDirs) -> dict:
+    """The one-launch case task a sanitizer or profiler runs, its inputs written to the inbox."""
+    _, paths = _write_inputs(spec, problem, check.params, check.seed, dirs.inbox)
+    return {"id": check.id, "launcher": _launcher_dict(spec), "params": dict(check.params), "inputs": paths,
+            "out_dir": str(dirs.outbox)}
 
 
-def _sanitize(spec: LabSpec, problem, check: SanitizerCheck, library: Path, folder: Path, source_name: str,
+def _sanitize(spec: LabSpec, problem, check: SanitizerCheck, library: Path, dirs: RunDirs, source_name: str,
               isolation: Isolation, time_limit_s: float) -> CheckResult:
-    task = _tool_task(spec, problem, check, folder)
-    run = sanitizer.run(library, task, check.tool, folder, time_limit_s, source_name, isolation)
+    task = _tool_task(spec, problem, check, dirs)
+    run = sanitizer.run(library, task, check.tool, dirs, time_limit_s, source_name, isolation)
     case = params_label(check.params)
     if run.skipped:
         return CheckResult(check.id, Stage.SANITIZER, Outcome.SKIPPED, 0, check.points, run.skipped)
@@ -616,19 +686,45 @@ WALL_SLACK = 1.25
 WALL_MARGIN_MS = 0.05
 
 
+#: A timed array the worker saves for the parent's check is read up to this size.
+TIMED_ARRAY_LIMIT = 1 << 30
+#: Slack on top of the trusted baselines' largest call overhead before a student's sample is bounded.
+ROUND_TRIP_SLACK_MS = 0.25
+
+
+def _bound_by_round_trips(samples: list[float], trips: list[float], trusted: list[tuple[list[float], list[float]]]) -> int:
+    """Raise each of the student's reported times to at least what the grader's own clock allows.
+
+    The student's worker reports its times and could forge them; the grader timed the round
+    trip of every call. A trusted worker's calls show how much of a round trip is overhead
+    (messages, dispatch): the student's time is at least its round trip less that overhead
+    (its largest, plus slack). Returns how many samples were raised."""
+    overheads = [trip - wall for walls, ts in trusted for wall, trip in zip(walls, ts)]
+    if not overheads:
+        return 0
+    allowance = max(overheads) + ROUND_TRIP_SLACK_MS
+    raised = 0
+    for i, (reported, trip) in enumerate(zip(samples, trips)):
+        floor = trip - allowance
+        if reported < floor:
+            samples[i] = floor
+            raised += 1
+    return raised
+
+
 class _SampleFailed(Exception):
     def __init__(self, who: str, result: TaskResult):
         super().__init__(result.reason)
         self.who, self.result = who, result
 
 
-def _speed(spec, problem, library, archs, options, worker, baselines_worker, folder, seed, deadline) -> tuple[list[CheckResult], dict]:
+def _speed(spec, problem, library, archs, options, worker, baselines_worker, folder: str, seed, deadline) -> tuple[list[CheckResult], dict]:
     """Time the student's launcher against the baselines, interleaved sample by sample.
 
-    The baselines run in a trusted worker of their own; the student's in the sandboxed one.
+    The baselines run in a trusted worker of their own; the student's in the sandboxed one,
+    which reports its own times: each is bounded below by the grader's round trip of the call.
     """
     bench = spec.benchmark
-    folder.mkdir(parents=True, exist_ok=True)
     baselines = sorted({c.baseline for c in bench.checks})
     libs = {b: str(_baseline_library(spec, b, archs, options)) for b in baselines}
     common = {"launcher": _launcher_dict(spec), "params": dict(bench.params), "problem": str(spec.files.problem), "seed": seed}
@@ -647,6 +743,7 @@ def _speed(spec, problem, library, archs, options, worker, baselines_worker, fol
 
     samples: dict[str, list[float]] = {n: [] for n in names}
     walls: dict[str, list[float]] = {n: [] for n in names}
+    trips: dict[str, list[float]] = {n: [] for n in names}  # the grader's round trip of each timed call
     by_wall = 0
     try:
         device = call(baselines[0], {"kind": "timing_open", "libs": libs, "measure_copy": True, **common}).data["device"]
@@ -654,10 +751,13 @@ def _speed(spec, problem, library, archs, options, worker, baselines_worker, fol
 
         def take(n: str) -> None:
             nonlocal by_wall
-            data = call(n, {"kind": "timing_sample", "lib": n}).data
+            call(n, {"kind": "timing_prepare", "lib": n})
+            result = call(n, {"kind": "timing_sample", "lib": n})
+            data = result.data
             late = data["wall_ms"] > data["ms"] * WALL_SLACK + WALL_MARGIN_MS
             samples[n].append(data["wall_ms"] if late else data["ms"])
             walls[n].append(data["wall_ms"])
+            trips[n].append(result.seconds * 1e3)
             by_wall += late and n == "student"
 
         for n in names:  # warm up
@@ -668,7 +768,7 @@ def _speed(spec, problem, library, archs, options, worker, baselines_worker, fol
         remeasured = False
         while True:
             for n in names:
-                samples[n].clear(), walls[n].clear()
+                samples[n].clear(), walls[n].clear(), trips[n].clear()
             by_wall = 0
             t_start = time.monotonic()
             while not should_stop(samples, time.monotonic() - t_start, min_samples=cfg.min_samples,
@@ -679,7 +779,7 @@ def _speed(spec, problem, library, archs, options, worker, baselines_worker, fol
             if not noisy or remeasured:
                 break
             remeasured = True
-        data = call("student", {"kind": "timing_close", "out_dir": str(folder)}).data
+        data = call("student", {"kind": "timing_close", "out_dir": str(worker.dirs.outbox / folder)}).data
     except _SampleFailed as failed:
         if failed.who != "student":
             raise RuntimeError(f"the {failed.who} kernel could not be timed: {failed.result.reason}") from None
@@ -687,6 +787,7 @@ def _speed(spec, problem, library, archs, options, worker, baselines_worker, fol
         return [CheckResult(c.id, Stage.SPEED, Outcome.ERROR, 0, c.points, f"while timing: {failure.message}", failure.details) for c in bench.checks], {}
     finally:
         baselines_worker.kill()  # frees its GPU memory before anything else is timed
+    by_clock = _bound_by_round_trips(samples["student"], trips["student"], [(walls[b], trips[b]) for b in baselines])
     stats = {n: summarize(samples[n], walls[n]) for n in names}
     flops = float(expr.evaluate(bench.flops, bench.params))
     nbytes = float(expr.evaluate(bench.bytes, bench.params))
@@ -705,16 +806,19 @@ def _speed(spec, problem, library, archs, options, worker, baselines_worker, fol
         row["noisy"] = n in noisy
         timings[n] = row
     timings["student"]["samples_timed_by_wall_clock"] = by_wall
+    timings["student"]["samples_bounded_by_round_trip"] = by_clock
 
     if data.get("inputs_modified"):
         msg = f"modified its input {', '.join(data['inputs_modified'])} during timed calls (inputs must be left unchanged)"
         return [CheckResult(c.id, Stage.SPEED, Outcome.FAIL, 0, c.points, msg) for c in bench.checks], timings
     # the output of the last timed call must be right: result caching or skipped work cannot pay
-    inputs = {k: np.load(v) for k, v in data["check_inputs"].items()}
+    outbox = worker.dirs.outbox / folder
+    inputs = {k: load_npy(outbox, str(v), TIMED_ARRAY_LIMIT) for k, v in data["check_inputs"].items()}
     want = problem.expected(inputs, dict(bench.params))
     wrong = []
     for name, exp in want.items():
-        cmp = compare(name, np.load(data["check_outputs"][name]), exp, spec.tolerance, bench.params)
+        got = load_npy(outbox, str(data["check_outputs"][name]), _output_limit(exp))
+        cmp = compare(name, got, exp, spec.tolerance, bench.params)
         if not cmp.ok:
             wrong.append(cmp)
     if wrong:
@@ -735,6 +839,13 @@ def _speed(spec, problem, library, archs, options, worker, baselines_worker, fol
     if by_wall:
         late = (f"; {by_wall} of {student.n} samples were timed by the wall clock, because work was still running "
                 "when your launcher returned (launch on the default stream, as the lab asks)")
+    if by_clock * 2 >= student.n:
+        msg = (f"{by_clock} of {student.n} timed calls reported less time than the grader's own clock measured for "
+               "them: the timing was tampered with, and the work was not measured")
+        return [CheckResult(c.id, Stage.SPEED, Outcome.ERROR, 0, c.points, msg) for c in bench.checks], timings
+    if by_clock:
+        late += (f"; {by_clock} of {student.n} samples reported less time than the call took by the grader's own "
+                 "clock and were timed by it")
     out = []
     for c in bench.checks:
         base = stats[c.baseline]
@@ -795,11 +906,11 @@ class _Profiles:
         return self.runs[key]
 
 
-def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, options, folder,
+def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, options, dirs: RunDirs, trusted: RunDirs,
              isolation: Isolation, time_limit_s: float, profiles: _Profiles) -> CheckResult:
-    task = functools.cache(lambda: _tool_task(spec, problem, check, folder))  # only for runs not shared
+    """One counter check: the student's run in ``dirs`` (sandboxed), the baseline's in ``trusted``."""
     mine = profiles.run("student", check, lambda metrics: counters.profile(
-        library, {**task(), "lib": str(library)}, metrics, folder / "student", time_limit_s, isolation))
+        library, {**_tool_task(spec, problem, check, dirs), "lib": str(library)}, metrics, dirs, time_limit_s, isolation))
     if mine.skipped:
         return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
     if mine.error:
@@ -812,8 +923,8 @@ def _counter(spec, problem, check: CounterCheck, library, archs, gpu_info, optio
         def profile_baseline(metrics: tuple[str, ...]) -> counters.CounterRun:
             key = f"{gpu_info.name}|{gpu_info.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
             return counters.profile(
-                base_lib, {**task(), "lib": str(base_lib)}, metrics, folder / "baseline", check.time_limit_s,
-                isolation.for_baselines(), cache_key=key,
+                base_lib, {**_tool_task(spec, problem, check, trusted), "lib": str(base_lib)}, metrics, trusted,
+                check.time_limit_s, isolation.for_baselines(), cache_key=key,
                 cache_dir=options.cache_dir or nvcc.default_cache_dir(),
             )
 

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-import os
 from pathlib import Path
 from types import ModuleType
 
 from .errors import GraderError
+from .paths import PROJECT_ROOT, labs_dir
 from .spec import LabSpec, load_lab
 
-#: The project checkout (labs/, reference/, student_template/ live here).
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
-
-def labs_dir() -> Path:
-    return Path(os.environ.get("GRADER_LABS_DIR", PROJECT_ROOT / "labs"))
+__all__ = ["PROJECT_ROOT", "labs_dir", "lab_ids", "find_lab", "load_problem", "load_problem_file"]
 
 
 def lab_ids() -> list[str]:

@@ -1,11 +1,16 @@
-"""Killing a process group and waiting until none of its members still runs."""
+"""Process groups: reading a child's output within bounds, killing the group and waiting until none
+of its members still runs."""
 
 from __future__ import annotations
 
 import os
+import select
 import signal
+import subprocess
 import time
 from pathlib import Path
+
+from .textutil import CappedOutput
 
 SETTLE_S = 2.0
 
@@ -42,3 +47,45 @@ def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def drain(fd: int, sink: CappedOutput) -> bool:
+    """Read what is there; False at end of file."""
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    if not chunk:
+        return False
+    sink.feed(chunk)
+    return True
+
+
+def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen, deadline: float) -> int | None:
+    """Read every stream until all are closed and the process has ended; None past the deadline."""
+    open_fds = set(streams)
+    for fd in open_fds:
+        os.set_blocking(fd, False)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            kill_group(proc.pid)
+            proc.wait()
+            return None
+        if open_fds:
+            ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.5))
+            for fd in ready:
+                if not drain(fd, streams[fd]):
+                    open_fds.discard(fd)
+            if ready or proc.poll() is None:
+                continue
+        try:
+            code = proc.wait(min(max(left, 0.0), 0.5))
+        except subprocess.TimeoutExpired:
+            continue
+        for fd in list(open_fds):  # a child may still hold a pipe: take what is there, then stop
+            while select.select([fd], [], [], 0)[0] and drain(fd, streams[fd]):
+                pass
+        return code

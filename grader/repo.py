@@ -14,6 +14,7 @@ from .errors import GraderError, internal_error_message
 from .grade import GradeOptions, LabGrading, prebuild, LabReport, Progress, fill_checks, no_progress
 from .labs import find_lab, lab_ids
 from .outcome import CheckResult, Outcome, Stage
+from .safeio import UnsafeFile, submission_file
 from .spec import LabSpec
 
 #: Where each lab's file lives in a student repository.
@@ -24,12 +25,27 @@ def submission_path(repo: Path, lab_id: str) -> Path:
     return repo / SUBMISSION_PATH.format(lab=lab_id)
 
 
-def _missing(spec: LabSpec, path: Path, display: str) -> LabReport:
-    what = "is a directory, not a file" if path.is_dir() else "not found"
+def _missing(spec: LabSpec, path: Path, display: str, why: str = "") -> LabReport:
+    what = why or ("is a directory, not a file" if path.is_dir() and not path.is_symlink() else "not found")
     compile_check = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0,
                                 f"{display} {what}: the lab's file must be at {SUBMISSION_PATH.format(lab=spec.id)}")
     checks = [compile_check, *fill_checks(spec, [compile_check], set(Stage), Outcome.FAIL, "not graded: no submission")]
     return LabReport(spec.id, spec.title, display, tuple(checks))
+
+
+def _unsafe(path: Path, root: Path | None, display: str) -> str:
+    """Why ``path`` cannot be graded ("" if it can): it must be a regular file, reached through
+    no symbolic link (inside ``root`` when given), so that a link cannot hand in the reference."""
+    try:
+        if root is not None:
+            submission_file(root, display)
+        else:
+            submission_file(path.parent, path.name)
+    except UnsafeFile as exc:
+        return str(exc).removeprefix(f"{display}: ")
+    except (GraderError, OSError):
+        return "not found"
+    return ""
 
 
 def _crashed(spec: LabSpec, display: str, exc: BaseException) -> LabReport:
@@ -45,23 +61,28 @@ def grade_many(
     options: GradeOptions = GradeOptions(),
     progress: Progress = no_progress,
     window: int = 5,
+    root: Path | None = None,
 ) -> list[LabReport]:
     """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
 
     Within a window every item is started, then all background runs are awaited, then each is
-    timed: a profiler or sanitizer never runs beside a timed call.
+    timed: a profiler or sanitizer never runs beside a timed call. With ``root`` (a student's
+    repository), display names are paths inside it, and a submission reached through a link is
+    refused.
     """
     reports: list[LabReport | None] = [None] * len(items)
+    refused = [_unsafe(path, root, display) for _, path, display in items]
     if len(items) > 1:
         progress(f"compiling {len(items)} submissions and their baselines")
-        prebuild(items, options)
+        prebuild([item for item, why in zip(items, refused) if not why], options)
     for first in range(0, len(items), window):
         started: list[tuple[int, LabGrading]] = []
         for i in range(first, min(first + window, len(items))):
             spec, path, display = items[i]
-            if not path.is_file():
-                progress(f"[{spec.id}] {display} not found: the lab scores 0")
-                reports[i] = _missing(spec, path, display)
+            why = refused[i]
+            if why:
+                progress(f"[{spec.id}] {display} {why}: the lab scores 0")
+                reports[i] = _missing(spec, path, display, "" if why == "not found" else why)
                 continue
             grading = LabGrading(spec, path, options, progress, display_name=display)
             try:
@@ -96,4 +117,4 @@ def grade_repo(
         raise GraderError("expected the folder of a student repository, got a file", path=repo)
     specs = [find_lab(lab_id) for lab_id in (labs or lab_ids())]
     items = [(spec, submission_path(repo, spec.id), SUBMISSION_PATH.format(lab=spec.id)) for spec in specs]
-    return grade_many(items, options, progress, window=len(items) or 1)
+    return grade_many(items, options, progress, window=len(items) or 1, root=repo)

@@ -3,14 +3,20 @@
 A hang is killed by process group; a crash, ``exit()`` or sticky CUDA error ends only the worker,
 and the next task gets a fresh one. Untrusted workers run inside the sandbox where there is one;
 their printed output is read through a pipe and capped.
+
+Every run has two folders (``RunDirs``): an inbox that only the grader writes (tasks, inputs; the
+sandbox sees it read-only) and an outbox that the run may write (outputs, results), which the
+grader reads only through ``safeio``: no link followed, sizes capped. A worker starts from an
+allow-listed environment (no secret, no token), with ``python -I`` so that no file in its
+working folder or on ``PYTHONPATH`` is imported, and with /dev/null as its standard input.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,9 +24,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .labs import PROJECT_ROOT
-from .procgroup import kill_group
-from .sandbox import Sandbox, worker_runtime
+from .errors import GraderError
+from .paths import PACKAGE_PARENT
+from .procgroup import drain, kill_group, pump
+from .safeio import read_beneath, write_private
+from .sandbox import Sandbox, confined_env, worker_runtime
 from .textutil import CappedOutput, clean
 
 STARTUP_LIMIT_S = 120.0
@@ -31,11 +39,33 @@ FILE_LIMIT_BYTES = 1 << 30
 OUTPUT_HEAD_BYTES = 32 << 10
 OUTPUT_TAIL_BYTES = 32 << 10
 LINE_CHARS = 200  # a reported line of it, at most
+RESULT_LIMIT_BYTES = 4 << 20  # a one-shot worker's result.json
+#: Starts the worker from an explicit folder with ``python -I``: neither the working folder nor
+#: PYTHONPATH is searched, so files planted where a run can write are never imported.
+BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv.pop(1)); from grader.worker import main; sys.exit(main(sys.argv[1:]))"
+#: Stands in a tool's command line for the path of the pipe its log goes to.
+TOOL_LOG = "{tool-log}"
+
+
+@dataclass(frozen=True)
+class RunDirs:
+    """A run's folders: ``inbox`` only the grader writes; ``outbox`` the run may write."""
+
+    inbox: Path
+    outbox: Path
+
+    def make(self) -> "RunDirs":
+        self.inbox.mkdir(parents=True, exist_ok=True)
+        self.outbox.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def sub(self, name: str) -> "RunDirs":
+        return RunDirs(self.inbox / name, self.outbox / name)
 
 
 @dataclass(frozen=True)
 class TaskResult:
-    status: str  # ok | cuda_error | timeout | crashed | exited | worker_error | startup_failed
+    status: str  # ok | cuda_error | out_of_memory | timeout | crashed | exited | worker_error | startup_failed
     data: dict = field(default_factory=dict)
     reason: str = ""  # for students, when status is not ok
     log_tail: str = ""
@@ -65,31 +95,37 @@ class Isolation:
         same trusted kernel cache."""
         return Isolation(self.sandbox, trusted=True, cupy_cache=self.cupy_cache)
 
-    def command(self, args: list[str], scratch: Path, extra_env: dict[str, str] | None = None,
+    def command(self, args: list[str], dirs: RunDirs, extra_env: dict[str, str] | None = None,
                 read_also: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str]]:
-        """The argv and environment that run ``args`` (a worker command line) confined."""
+        """The argv and environment that run ``args`` confined; ``args`` may start with a tool
+        and go on with :func:`worker_command` (whose ``WORKER_ROOT`` becomes the folder the worker
+        is imported from: the sandbox's copy of it, or the grader's own folder)."""
         env = worker_env(extra_env)
+        root = str(worker_runtime()) if self.sandboxed else str(PACKAGE_PARENT)
+        args = [root if a is WORKER_ROOT else a for a in args]
+        if self.cupy_cache is not None:
+            # trusted workers share the kernel cache; others start from a copy of their own
+            env["CUPY_CACHE_DIR" if self.trusted else "GRADER_CUPY_SEED"] = str(self.cupy_cache)
         if not self.sandboxed:
-            if self.cupy_cache is not None:
-                env["CUPY_CACHE_DIR"] = str(self.cupy_cache)
+            env.setdefault("HOME", os.environ.get("HOME", "/tmp"))
             return args, env
-        runtime = worker_runtime()
-        env["PYTHONPATH"] = str(runtime)
-        kernels = scratch / ".cupy"
-        if not kernels.exists():
-            if self.cupy_cache is not None and self.cupy_cache.is_dir():
-                shutil.copytree(self.cupy_cache, kernels, dirs_exist_ok=True)
-            kernels.mkdir(parents=True, exist_ok=True)
-        env["CUPY_CACHE_DIR"] = str(kernels)
-        cmd = self.sandbox.wrap(args, read_only=(runtime, *self.read_only, *read_also), writable=(scratch,), cwd=scratch)
+        seen = tuple(p for p in (self.cupy_cache,) if p is not None and p.is_dir())
+        cmd = self.sandbox.wrap(args, read_only=(Path(root), dirs.inbox, *self.read_only, *read_also, *seen),
+                                writable=(dirs.outbox,), cwd=dirs.outbox)
         return cmd, env
 
 
+#: Where :func:`worker_command` puts the folder the worker is imported from.
+WORKER_ROOT = object()
+
+
+def worker_command(*args: str) -> list:
+    """``python -I`` running the worker from the folder :meth:`Isolation.command` fills in."""
+    return [sys.executable, "-I", "-u", "-c", BOOTSTRAP, WORKER_ROOT, *args]
+
+
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONUNBUFFERED"] = "1"
-    env.pop("GRADER_RESULT_FD", None)
+    env = confined_env()
     # The worker caps its own file sizes at start-up: a preexec_fn would not be safe here, where
     # background threads start processes too (a child can deadlock between fork and exec).
     env["GRADER_FILE_LIMIT_BYTES"] = str(FILE_LIMIT_BYTES)
@@ -117,28 +153,15 @@ def describe_exit(returncode: int) -> tuple[str, str]:
     return "exited", f"the process exited with status {returncode} while running your code (exit() called?)"
 
 
-def _drain(fd: int, sink: CappedOutput) -> bool:
-    """Read what is there; False at end of file."""
-    try:
-        chunk = os.read(fd, 1 << 16)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    if not chunk:
-        return False
-    sink.feed(chunk)
-    return True
-
-
 class WorkerSession:
     """A worker process that runs tasks one at a time; restarted after it dies or hangs."""
 
-    def __init__(self, scratch: Path, isolation: Isolation, extra_env: dict[str, str] | None = None):
-        self.scratch = scratch
+    def __init__(self, dirs: RunDirs, isolation: Isolation, extra_env: dict[str, str] | None = None):
+        self.dirs = dirs
         self.isolation = isolation
         self.extra_env = extra_env or {}
         self.proc: subprocess.Popen | None = None
+        self.tasks: int | None = None  # the write end of the worker's task pipe
         self.rfd: int | None = None
         self.outfd: int | None = None
         self.buffer = b""
@@ -151,18 +174,25 @@ class WorkerSession:
         if self.proc is not None and self.proc.poll() is None:
             return
         self.close()
-        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.dirs.make()
         rfd, wfd = os.pipe()
-        cmd, env = self.isolation.command([sys.executable, "-m", "grader.worker", "--serve"], self.scratch,
-                                          {**self.extra_env, "GRADER_RESULT_FD": str(wfd)})
+        task_r, task_w = os.pipe()
+        cmd, env = self.isolation.command(worker_command("--serve"), self.dirs,
+                                          {**self.extra_env, "GRADER_RESULT_FD": str(wfd), "GRADER_TASK_FD": str(task_r)})
         try:
             self.proc = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                pass_fds=(wfd,), env=env, cwd=self.scratch,
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                pass_fds=(wfd, task_r), env=env, cwd=self.dirs.outbox,
                 start_new_session=True,
             )
+        except BaseException:
+            for fd in (rfd, task_w):
+                os.close(fd)
+            raise
         finally:
             os.close(wfd)
+            os.close(task_r)
+        self.tasks = task_w
         assert self.proc.stdout is not None
         self.outfd = self.proc.stdout.fileno()
         os.set_blocking(self.outfd, False)
@@ -192,7 +222,7 @@ class WorkerSession:
             fds = [self.rfd] + ([self.outfd] if self.outfd is not None else [])
             ready, _, _ = select.select(fds, [], [], min(left, 0.5))
             if self.outfd is not None and self.outfd in ready:
-                if not _drain(self.outfd, self.output):
+                if not drain(self.outfd, self.output):
                     self.outfd = None
                 ready = [fd for fd in ready if fd == self.rfd]
                 if not ready:
@@ -210,7 +240,30 @@ class WorkerSession:
                 return None
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
-        return json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        return message if isinstance(message, dict) else {"status": "worker_error", "error": "the worker sent an unreadable message"}
+
+    def _read_reply(self, nonce: str, deadline: float) -> dict | None:
+        """The worker's answer to the task sent with ``nonce``. Student code in the worker can write
+        to the result pipe too: a line without the task's nonce is ignored, except the exit and
+        crash reports of the support file (which only end the student's own grade)."""
+        while True:
+            msg = self._read_message(max(0.0, deadline - time.monotonic()))
+            if msg is None or msg.get("id") == nonce or msg.get("status") in ("exited", "crashed"):
+                return msg
+
+    def _send(self, task: dict) -> bool:
+        """Hand the worker a task; False if it is gone (reported by the read that follows)."""
+        if self.tasks is None:
+            return False
+        try:
+            os.write(self.tasks, (json.dumps(task) + "\n").encode())
+            return True
+        except OSError:
+            return False
 
     def run(self, task: dict, time_limit_s: float) -> TaskResult:
         if self.proc is None or self.proc.poll() is not None or not self.ready:
@@ -219,13 +272,9 @@ class WorkerSession:
                 return failed
         started = time.monotonic()
         self.output = CappedOutput(OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES)
-        try:
-            assert self.proc is not None and self.proc.stdin is not None
-            self.proc.stdin.write((json.dumps(task) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # it died already: reported below
-        msg = self._read_message(time_limit_s)
+        nonce = secrets.token_hex(8)
+        self._send({**task, "id": nonce})
+        msg = self._read_reply(nonce, started + time_limit_s)
         seconds = time.monotonic() - started
         if msg is not None:
             data = {k: v for k, v in msg.items() if k not in ("event", "id", "status")}
@@ -236,8 +285,8 @@ class WorkerSession:
                 status, reason = describe_exit(code)
                 return TaskResult(status, {}, reason, self.log_tail(), seconds)
             reason = data.get("error", "") if status != "ok" else ""
-            if status == "cuda_error" and data.get("sticky"):
-                self._reap(5.0)
+            if (status == "cuda_error" and data.get("sticky")) or status == "out_of_memory":
+                self._reap(10.0)  # it is ending: the next task gets a fresh worker, its memory released
             return TaskResult(status, data, reason, self.log_tail() if status != "ok" else "", seconds)
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
@@ -256,7 +305,7 @@ class WorkerSession:
         if self.outfd is not None:  # whatever is still in the pipe
             deadline = time.monotonic() + 1.0
             while time.monotonic() < deadline and select.select([self.outfd], [], [], 0.05)[0]:
-                if not _drain(self.outfd, self.output):
+                if not drain(self.outfd, self.output):
                     break
         text = clean(self.output.text())
         kept = [line if len(line) <= LINE_CHARS else f"{line[:LINE_CHARS]} [... {len(line) - LINE_CHARS} more characters]"
@@ -284,21 +333,21 @@ class WorkerSession:
 
     def close(self) -> None:
         if self.proc is not None:
-            if self.proc.poll() is None and self.proc.stdin is not None and not self.proc.stdin.closed:
+            if self.proc.poll() is None and self._send({"kind": "quit"}):
                 try:
-                    self.proc.stdin.write(b'{"kind": "quit"}\n')
-                    self.proc.stdin.flush()
                     self.proc.wait(10)
-                except (OSError, subprocess.TimeoutExpired):
+                except subprocess.TimeoutExpired:
                     kill_group(self.proc.pid)
-            for pipe in (self.proc.stdin, self.proc.stdout):
-                if pipe is not None:
-                    try:
-                        pipe.close()
-                    except OSError:
-                        pass
+            if self.proc.stdout is not None:
+                try:
+                    self.proc.stdout.close()
+                except OSError:
+                    pass
             kill_group(self.proc.pid)  # anything the student left behind in the group
             self.proc = None
+        if self.tasks is not None:
+            os.close(self.tasks)
+            self.tasks = None
         if self.rfd is not None:
             os.close(self.rfd)
             self.rfd = None
@@ -313,10 +362,16 @@ class WorkerSession:
 
 @dataclass(frozen=True)
 class ToolRun:
-    """One task run by a one-shot worker under an external tool (ncu, compute-sanitizer)."""
+    """One task run by a one-shot worker under an external tool (ncu, compute-sanitizer).
+
+    ``log`` is what the tool wrote to its private pipe (the worker closes its copy before any
+    student code runs); ``console`` is everything printed, the student's program included, so
+    only ``log`` is evidence of what the tool found.
+    """
 
     returncode: int | None  # None: killed at the time limit
-    output: str  # the tool's log and console output, cleaned
+    log: str  # the tool's own report, cleaned
+    console: str  # what the tool and the program printed, cleaned
     result: dict | None  # what the worker reported, if it got that far
     seconds: float
 
@@ -330,63 +385,49 @@ class ToolRun:
         if self.result is None:
             return describe_exit(self.returncode)[1] if self.returncode else ended_silently
         if self.result.get("status") != "ok":
-            return self.result.get("error", "failed")
+            return str(self.result.get("error", "failed"))
         return ""
 
 
 def run_under_tool(
-    tool_cmd: list[str], task: dict, scratch: Path, time_limit_s: float, isolation: Isolation,
-    log: Path | None = None, extra_env: dict[str, str] | None = None,
+    tool_cmd: list[str], task: dict, dirs: RunDirs, time_limit_s: float, isolation: Isolation,
+    extra_env: dict[str, str] | None = None,
 ) -> ToolRun:
-    """``tool_cmd python -m grader.worker --job ...`` in its own process group, killed at the limit."""
+    """``tool_cmd`` followed by a one-shot worker, in its own process group, killed at the limit.
+
+    ``TOOL_LOG`` in ``tool_cmd`` becomes the path of a pipe that only the grader reads.
+    """
     started = time.monotonic()
-    scratch.mkdir(parents=True, exist_ok=True)
-    job, result = scratch / "job.json", scratch / "result.json"
-    result.unlink(missing_ok=True)
-    job.write_text(json.dumps(task))
-    args = [*tool_cmd, sys.executable, "-m", "grader.worker", "--job", str(job), "--result", str(result)]
-    inputs = tuple(Path(p) for p in task.get("inputs", {}).values() if not Path(p).is_relative_to(scratch))
-    cmd, env = isolation.command(args, scratch, extra_env, read_also=inputs)
+    dirs.make()
+    job = dirs.inbox / "job.json"
+    write_private(job, json.dumps(task).encode())
+    log_r, log_w = os.pipe()
+    log_path = f"/dev/fd/{log_w}"
+    args = [log_path if a == TOOL_LOG else a for a in tool_cmd]
+    args += worker_command("--job", str(job), "--result", str(dirs.outbox / "result.json"))
+    inputs = tuple(Path(p) for p in task.get("inputs", {}).values() if not Path(p).is_relative_to(dirs.inbox))
+    env_extra = {**(extra_env or {}), "GRADER_CLOSE_FD": f"{log_w}:{os.fstat(log_w).st_ino}"}
+    cmd, env = isolation.command(args, dirs, env_extra, read_also=inputs)
     console = CappedOutput(OUTPUT_HEAD_BYTES * 8, OUTPUT_TAIL_BYTES)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=env, cwd=scratch, start_new_session=True)
+    log = CappedOutput(OUTPUT_HEAD_BYTES * 32, OUTPUT_TAIL_BYTES)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=dirs.outbox, start_new_session=True, pass_fds=(log_w,))
+    finally:
+        os.close(log_w)
     assert proc.stdout is not None
-    out = proc.stdout.fileno()
-    os.set_blocking(out, False)
-    deadline = started + time_limit_s
-    code: int | None = None
-    open_pipe = True
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            kill_group(proc.pid)
-            proc.wait()
-            break
-        if open_pipe and select.select([out], [], [], min(left, 0.5))[0]:
-            open_pipe = _drain(out, console)
-            continue
-        if not open_pipe:
-            try:
-                code = proc.wait(min(left, 0.5))
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        if proc.poll() is not None:
-            code = proc.returncode
-            while select.select([out], [], [], 0)[0] and _drain(out, console):
-                pass
-            break
-    kill_group(proc.pid)  # anything left behind in the group
-    proc.stdout.close()
-    text = ""
-    if log and log.exists():
-        with open(log, "rb") as fh:
-            text = fh.read(4 << 20).decode(errors="replace")
-    text += "\n" + console.text()
-    data = None
-    if result.exists():
-        try:
-            data = json.loads(result.read_text())
-        except ValueError:
-            data = None
-    return ToolRun(code, clean(text), data, time.monotonic() - started)
+    try:
+        code = pump({proc.stdout.fileno(): console, log_r: log}, proc, started + time_limit_s)
+    finally:
+        kill_group(proc.pid)  # anything left behind in the group
+        proc.stdout.close()
+        os.close(log_r)
+    return ToolRun(code, clean(log.text()), clean(console.text()), _read_result(dirs.outbox), time.monotonic() - started)
+
+
+def _read_result(outbox: Path) -> dict | None:
+    try:
+        data = json.loads(read_beneath(outbox, "result.json", RESULT_LIMIT_BYTES))
+    except (OSError, ValueError, GraderError):  # missing, unreadable, a link, too large
+        return None
+    return data if isinstance(data, dict) else None

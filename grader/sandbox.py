@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import glob
 import os
 import shutil
 import subprocess
@@ -22,8 +23,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from .paths import PROJECT_ROOT, default_cache_dir, labs_dir
+
 #: Folders of the system that every step may read (symlinks such as /lib -> usr/lib are kept).
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: NVIDIA's tools install here (Nsight Compute); the rest of /opt stays out (runner installs, secrets).
+TOOL_DIRS = ("/opt/nvidia",)
+#: What of /etc a step may read: the dynamic loader's configuration, the alternatives links that
+#: compilers and CUDA are found through, and the public user and group lists. Never /etc itself:
+#: as root a step could read shadow, host keys and credentials there.
+ETC_ALLOWED = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
+               "localtime", "os-release", "nvidia")
+#: The GPU's device nodes; every other device is left out (bwrap's own /dev has null, zero, ...).
+GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps")
+#: What of the grader's environment reaches an untrusted step (the compiler, a worker, a tool): the
+#: locale, the search path and the CUDA runtime's own settings, nothing else. Everything else
+#: (GRADER_SECRET, GITHUB_TOKEN, cloud credentials, ...) stays with the grader.
+ENV_ALLOWED = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "LD_LIBRARY_PATH")
+ENV_ALLOWED_PREFIXES = ("CUDA_", "CUPY_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 TMP_SIZE_BYTES = 512 << 20  # the sandbox's private /tmp
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) to sandbox submissions"
 #: The grader modules the worker imports; nothing else of the grader is visible to it.
@@ -66,17 +83,12 @@ class Sandbox:
 
 
 def _private_dirs(extra: tuple[str, ...]) -> list[str]:
-    from .compile import default_cache_dir
-    from .labs import PROJECT_ROOT, labs_dir
-
     dirs = [PROJECT_ROOT, labs_dir(), default_cache_dir(), Path.home(), *map(Path, extra)]
     return sorted({str(Path(d).resolve()) for d in dirs})
 
 
 def _python_dirs() -> list[str]:
     """Where the interpreter and its packages live (a virtual environment may sit in the project)."""
-    from .labs import PROJECT_ROOT
-
     root = str(PROJECT_ROOT.resolve())
     dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     for entry in sys.path:
@@ -93,10 +105,24 @@ def _python_dirs() -> list[str]:
     return out
 
 
+def confined_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment an untrusted step starts with: the allow-listed variables and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED or k.startswith(ENV_ALLOWED_PREFIXES)}
+    env.update(extra or {})
+    return env
+
+
+def gpu_device_nodes() -> list[str]:
+    """The NVIDIA device nodes present on this machine (none on a machine without a GPU)."""
+    return sorted({p for pattern in GPU_DEVICE_GLOBS for p in glob.glob(pattern)})
+
+
 @functools.lru_cache(maxsize=None)
 def _base_args(extra_hide: tuple[str, ...] = ()) -> tuple[str, ...]:
-    args = ["--die-with-parent", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try"]
+    # No capability survives into the sandbox, even for root (no mount, no open_by_handle_at);
+    # a session of its own, so it cannot push input into the grader's terminal.
+    args = ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--unshare-net", "--unshare-pid",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     visible = []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
@@ -104,7 +130,16 @@ def _base_args(extra_hide: tuple[str, ...] = ()) -> tuple[str, ...]:
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
             visible.append(os.path.realpath(d))
-    args += ["--proc", "/proc", "--dev-bind", "/dev", "/dev", "--tmpfs", "/dev/shm", "--ro-bind", "/sys", "/sys",
+    for d in TOOL_DIRS:
+        if os.path.isdir(d) and not os.path.islink(d):
+            args += ["--ro-bind", d, d]
+            visible.append(os.path.realpath(d))
+    for name in ETC_ALLOWED:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for node in gpu_device_nodes():
+        args += ["--dev-bind", node, node]
+    args += ["--tmpfs", "/dev/shm", "--ro-bind", "/sys", "/sys",
              "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
     python = _python_dirs()
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import toolchain
-from .runner import Isolation, run_under_tool
+from .runner import TOOL_LOG, Isolation, RunDirs, run_under_tool
 from .textutil import cap_lines
 
 ERROR_EXIT = 86  # what compute-sanitizer exits with when it reported an error
@@ -80,20 +80,22 @@ def parse(text: str) -> tuple[int, list[str]]:
     return count, findings
 
 
-def run(library: Path, task: dict, tool: str, scratch: Path, time_limit_s: float, source_name: str,
+def run(library: Path, task: dict, tool: str, dirs: RunDirs, time_limit_s: float, source_name: str,
         isolation: Isolation) -> SanitizerRun:
-    """Run one case task of the worker under ``compute-sanitizer --tool tool``."""
+    """Run one case task of the worker under ``compute-sanitizer --tool tool``.
+
+    Its report comes through a pipe only the grader reads; what the program printed is not
+    evidence (a student could print a clean summary)."""
     exe = toolchain.find("compute-sanitizer")
     if exe is None:
         return SanitizerRun(skipped="compute-sanitizer is not installed on this machine")
-    log = scratch / "sanitizer.log"
     cmd = [
         str(exe), "--tool", tool, *TOOL_FLAGS[tool], "--error-exitcode", str(ERROR_EXIT),
-        "--print-limit", "20", "--log-file", str(log),
+        "--print-limit", "20", "--log-file", TOOL_LOG,
     ]
     job = {**task, "lib": str(library), "kind": "case", "memcpy_only": True, "guard": 0}
-    result = run_under_tool(cmd, job, scratch, time_limit_s, isolation, log=log, extra_env={"GRADER_NO_POOL": "1"})
-    text = _student_paths(result.output, source_name)
+    result = run_under_tool(cmd, job, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"})
+    text = _student_paths(result.log, source_name)
     if result.timed_out:
         return SanitizerRun(error=f"did not finish within {time_limit_s:g} s under compute-sanitizer and was killed",
                             seconds=result.seconds)
@@ -104,7 +106,8 @@ def run(library: Path, task: dict, tool: str, scratch: Path, time_limit_s: float
         return SanitizerRun(skipped=f"compute-sanitizer cannot run on this machine: {cap_lines(text, 3)}", seconds=result.seconds)
     failure = result.failure("the process ended before it reported")
     if failure:
-        return SanitizerRun(error=failure, log=cap_lines(text, 30), seconds=result.seconds)
+        printed = _student_paths(result.console, source_name)
+        return SanitizerRun(error=failure, log=cap_lines(f"{text}\n{printed}".strip(), 30), seconds=result.seconds)
     return SanitizerRun(seconds=result.seconds)
 
 

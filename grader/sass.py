@@ -31,6 +31,10 @@ class CodeFacts:
     def count(self, *opcodes: str) -> int:
         return sum(f.opcodes.get(op, 0) for f in self.functions for op in opcodes)
 
+    def without(self, unused: set[str]) -> "CodeFacts":
+        """These facts less the functions named in ``unused`` (kernels that never ran)."""
+        return dataclasses.replace(self, functions=tuple(f for f in self.functions if f.name not in unused))
+
 
 class SassUnavailable(RuntimeError):
     pass
@@ -144,6 +148,17 @@ REQUIREMENT_TEXT = {
     "shared_atomics": "atomic operations on shared memory (SASS ATOMS)",
     "atomics": "atomic operations, on global or shared memory (SASS RED/ATOMG/ATOMS)",
 }
+
+
+#: Requirements that asking of more kernels can only help ("some kernel has X"); the others ("no
+#: kernel has X") can only be hurt by more kernels.
+SOME_KERNEL_HAS = frozenset({"shared_memory", "constant_memory", "global_atomics", "shared_atomics", "atomics"})
+
+
+def settled_without_knowing_what_ran(requirement: str, met_by_the_file: bool) -> bool:
+    """Whether the file-wide verdict holds whichever of its kernels run: a kernel that is never
+    launched must not earn a "some kernel has X" requirement, nor lose a "no kernel has X" one."""
+    return met_by_the_file != (requirement in SOME_KERNEL_HAS)
 
 
 def requirement_met(facts: CodeFacts, requirement: str) -> tuple[bool, str]:

@@ -3,9 +3,14 @@
 It loads shared objects with ctypes, allocates with CuPy, runs tasks sent by the parent and hands
 back outputs as .npy files. It never sees expected results. Two modes:
 
-* ``python -m grader.worker --serve`` reads one JSON task per line on stdin and writes one JSON
-  result per line to the file descriptor in ``GRADER_RESULT_FD`` (student output goes to stdout);
-* ``python -m grader.worker --job JOB.json --result RESULT.json`` runs one task (used under ncu).
+* ``--serve`` reads one JSON task per line from the file descriptor in ``GRADER_TASK_FD`` and
+  writes one JSON result per line to the one in ``GRADER_RESULT_FD`` (student output goes to
+  stdout);
+* ``--job JOB.json --result RESULT.json`` runs one task (under ncu or compute-sanitizer).
+
+Before any student code is loaded it confines itself: no new processes (seccomp), and a
+Landlock domain where the kernel has one, so that it cannot reach into processes outside it
+(the profiler or sanitizer that watches it: their memory, their open files, their log pipe).
 """
 
 from __future__ import annotations
@@ -54,6 +59,17 @@ class Library:
         self._arm = self.lib.cudalab_grader_arm
         self._arm.argtypes = [ctypes.c_int]
         self._disarm = self.lib.cudalab_grader_disarm
+        self._launched = self.lib.cudalab_grader_launched
+        self._launched.restype = ctypes.c_int
+        self._launched.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+
+    def launched(self, reset: bool = False) -> list[str] | None:
+        """Names of the kernels launched since the last reset (None if some had no name)."""
+        buf = ctypes.create_string_buffer(1 << 16)
+        unnamed = self._launched(buf, len(buf), int(reset))
+        if unnamed:
+            return None
+        return [n for n in buf.value.decode(errors="replace").split("\n") if n]
 
     def call(self, args: list) -> None:
         """Run the launcher; exit() or a crash inside it is reported on the result fd at once."""
@@ -164,17 +180,19 @@ def run_case(cp, task: dict) -> dict:
     out_dir = Path(task["out_dir"])
     bufs = Buffers(cp, task["launcher"], task["params"], inputs, task.get("guard", 0), task.get("memcpy_only", False))
     cp.cuda.Device().synchronize()
+    lib.launched(reset=True)
     t0 = time.perf_counter()
     lib.call(bufs.args)
     lib.check()
     seconds = time.perf_counter() - t0
-    result = {"status": "ok", "seconds": seconds, "outputs": {}}
+    result = {"status": "ok", "seconds": seconds, "outputs": {}, "kernels_launched": lib.launched()}
     if task.get("memcpy_only"):
         return result
+    out_dir.mkdir(parents=True, exist_ok=True)
     for name, arr in bufs.outputs.items():
         path = out_dir / f"{name}.npy"
         np.save(path, arr.get())
-        result["outputs"][name] = str(path)
+        result["outputs"][name] = path.name
     result["guard_violations"] = bufs.guard_violations()
     result["inputs_modified"] = bufs.modified_inputs()
     return result
@@ -286,12 +304,17 @@ class TimingSession:
         for out in self.bufs.outputs.values():
             out.fill(np.nan if out.dtype.kind == "f" else 0)
 
-    def sample(self, name: str) -> dict:
-        cp, lib = self.cp, self.libs[name]
+    def prepare(self, name: str) -> dict:
+        """Everything before a timed call, as a task of its own: the grader times the call's
+        round trip alone and bounds the reported time with it."""
         self._refill()
         self.flush.fill(self.count)
-        lib.reset_l2()
-        cp.cuda.Device().synchronize()
+        self.libs[name].reset_l2()
+        self.cp.cuda.Device().synchronize()
+        return {"status": "ok"}
+
+    def sample(self, name: str) -> dict:
+        cp, lib = self.cp, self.libs[name]
         t0 = time.perf_counter()
         self.start.record()
         lib.call(self.bufs.args)
@@ -309,12 +332,13 @@ class TimingSession:
     def save(self, out_dir: Path) -> dict:
         """The inputs (the grader's copy) and outputs of the last call, for the parent to check."""
         inputs, outputs = {}, {}
+        out_dir.mkdir(parents=True, exist_ok=True)
         for name, value in self.pristine.items():
-            inputs[name] = str(out_dir / f"timed_input_{name}.npy")
-            np.save(inputs[name], value if isinstance(value, np.ndarray) else value.get())
+            inputs[name] = f"timed_input_{name}.npy"
+            np.save(out_dir / inputs[name], value if isinstance(value, np.ndarray) else value.get())
         for name, value in self.bufs.outputs.items():
-            outputs[name] = str(out_dir / f"timed_output_{name}.npy")
-            np.save(outputs[name], value.get())
+            outputs[name] = f"timed_output_{name}.npy"
+            np.save(out_dir / outputs[name], value.get())
         return {"status": "ok", "check_inputs": inputs, "check_outputs": outputs, "inputs_modified": sorted(self.tampered)}
 
 
@@ -330,6 +354,8 @@ def run_timing(cp, task: dict) -> dict:
     session = _TIMING.get("open")
     if session is None:
         return {"status": "worker_error", "error": "no timing session is open"}
+    if kind == "timing_prepare":
+        return session.prepare(task["lib"])
     if kind == "timing_sample":
         return session.sample(task["lib"])
     result = session.save(Path(task["out_dir"]))  # timing_close
@@ -346,8 +372,30 @@ def run_task(cp, task: dict) -> dict:
         return {"status": "worker_error", "error": f"unknown task kind {task['kind']!r}"}
     except StudentCudaError as exc:
         return {"status": "cuda_error", "error": str(exc), "sticky": exc.sticky}
-    except Exception:
+    except Exception as exc:
+        if _out_of_memory(cp, exc):
+            return {"status": "out_of_memory", "error": _memory_left(cp)}
         return {"status": "worker_error", "error": traceback.format_exc()}
+
+
+def _out_of_memory(cp, exc: Exception) -> bool:
+    """The grader's own allocation failed: the GPU's memory is taken (by the student's code)."""
+    if isinstance(exc, cp.cuda.memory.OutOfMemoryError):
+        return True
+    runtime_error = getattr(cp.cuda.runtime, "CUDARuntimeError", ())
+    return isinstance(exc, runtime_error) and getattr(exc, "status", None) == 2  # cudaErrorMemoryAllocation
+
+
+def _memory_left(cp) -> str:
+    gib = 1 << 30
+    try:
+        free, total = cp.cuda.runtime.memGetInfo()
+        ours = cp.get_default_memory_pool().total_bytes()
+    except Exception:
+        return "your code left no free GPU memory for the next case (free what you allocate with cudaFree)"
+    held = max(0, total - free - ours)
+    return (f"your code left no free GPU memory: {held / gib:.1f} GiB of {total / gib:.1f} GiB held after it returned "
+            f"({free / gib:.2f} GiB free); free what you allocate with cudaFree before the launcher returns")
 
 
 def _import_cupy(no_pool: bool = False, warm_up: bool = True):
@@ -369,20 +417,21 @@ def serve() -> int:
 
     try:
         cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")))
-        forbid_new_processes()
+        confine()
     except Exception as exc:
         send({"event": "startup_failed", "error": f"{type(exc).__name__}: {exc}"})
         return 1
     send({"event": "ready"})
-    for line in sys.stdin:
+    tasks = os.fdopen(int(os.environ["GRADER_TASK_FD"]), "r", encoding="utf-8")
+    for line in tasks:
         task = json.loads(line)
         if task.get("kind") == "quit":
             return 0
         result = run_task(cp, task)
         sys.stdout.flush()
         send({"event": "result", "id": task.get("id"), **result})
-        if result.get("sticky"):
-            return 0  # the CUDA context is broken: the parent starts a fresh worker
+        if result.get("sticky") or result["status"] == "out_of_memory":
+            return 0  # the CUDA context is broken or full: the parent starts a fresh worker
     return 0
 
 
@@ -390,10 +439,77 @@ def one_shot(job_path: str, result_path: str) -> int:
     task = json.loads(Path(job_path).read_text())
     # no warm-up kernel: under a profiler or sanitizer only the student's kernels should run
     cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")), warm_up=False)
-    forbid_new_processes()
+    confine()
     result = run_task(cp, task)
     Path(result_path).write_text(json.dumps(result))
     return 0
+
+
+def confine() -> None:
+    """What every worker does once CUDA is up and before student code is loaded."""
+    forbid_new_processes()
+    enter_landlock_domain()
+
+
+# Landlock (Linux 5.13+): a process in a domain cannot ptrace, read the memory of, or open the
+# files of any process outside it (ptrace access checks guard /proc/PID/mem and /proc/PID/fd).
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_RESTRICT_SELF = 444, 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_MAKE_CHAR, _MAKE_BLOCK = 1 << 6, 1 << 11  # the rights the ruleset handles (and grants nowhere)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where there is none."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    version = libc.syscall(_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    return max(0, int(version))
+
+
+def enter_landlock_domain() -> bool:
+    """Put this process in a Landlock domain of its own; False where the kernel has no Landlock."""
+    if landlock_abi() < 1:
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    handled = ctypes.c_uint64(_MAKE_CHAR | _MAKE_BLOCK)  # struct landlock_ruleset_attr, first field only
+    fd = libc.syscall(_LANDLOCK_CREATE_RULESET, ctypes.byref(handled), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if fd < 0:
+        return False
+    try:
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+            return False
+        return libc.syscall(_LANDLOCK_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)) == 0
+    finally:
+        os.close(fd)
+
+
+def close_tool_log() -> None:
+    """Close the profiler's log pipe inherited from it (``GRADER_CLOSE_FD=fd:inode``): only the
+    profiler may write the report the grader reads."""
+    spec = os.environ.pop("GRADER_CLOSE_FD", "")
+    fd_text, _, inode = spec.partition(":")
+    if not fd_text.isdigit():
+        return
+    try:
+        if str(os.fstat(int(fd_text)).st_ino) == inode:
+            os.close(int(fd_text))
+    except OSError:
+        pass
+
+
+def private_kernel_cache() -> None:
+    """Start from a copy of the grader's CuPy kernel cache (``GRADER_CUPY_SEED``), never the cache itself."""
+    seed = os.environ.pop("GRADER_CUPY_SEED", "")
+    if not seed:
+        return
+    import shutil
+    import tempfile
+
+    own = tempfile.mkdtemp(prefix="cupy-kernels-")
+    if os.path.isdir(seed):
+        shutil.copytree(seed, own, dirs_exist_ok=True, symlinks=True)
+    os.environ["CUPY_CACHE_DIR"] = own
 
 
 def limit_self() -> None:
@@ -463,7 +579,9 @@ def forbid_new_processes() -> bool:
 
 
 def main(argv: list[str]) -> int:
+    close_tool_log()
     limit_self()
+    private_kernel_cache()
     if argv[:1] == ["--serve"]:
         return serve()
     if len(argv) == 4 and argv[0] == "--job" and argv[2] == "--result":

@@ -1,0 +1,23 @@
+"""Where the grader's own files live: the project checkout, the labs, the build cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: The folder that holds the ``grader`` package: what a trusted grader process imports from.
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+#: The project checkout (labs/, reference/, student_template/ live here).
+PROJECT_ROOT = PACKAGE_PARENT
+
+
+def labs_dir() -> Path:
+    return Path(os.environ.get("GRADER_LABS_DIR", PROJECT_ROOT / "labs"))
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("GRADER_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cuda-lab-grader"
