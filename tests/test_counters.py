@@ -38,8 +38,8 @@ def test_waiting_for_the_profiling_lock_gives_up_at_the_limit(tmp_path):
                 pass
 
 
-def _run(output: str, returncode: int | None = 9) -> ToolRun:
-    return ToolRun(returncode, output, None, 0.1)
+def _run(log: str, returncode: int | None = 9, console: str = "") -> ToolRun:
+    return ToolRun(returncode, log, console, None, 0.1)
 
 
 BUSY = "==ERROR== Profiling failed because a driver resource was unavailable. Ensure that no other tool"
@@ -63,6 +63,14 @@ def test_counters_busy_on_every_try_is_a_reason_to_skip():
     run, why = counters.run_when_counters_free(lambda limit: tries.append(limit) or _run(BUSY), 30, pause_s=0.01)
     assert run is None and len(tries) == counters.BUSY_ATTEMPTS
     assert why.startswith(f"the GPU's performance counters stayed busy through {counters.BUSY_ATTEMPTS} tries")
+
+
+def test_a_busy_message_printed_by_the_program_is_not_believed():
+    """Only the profiler's own log (a pipe the program cannot reach) can say the counters are busy."""
+    tries = []
+    run, why = counters.run_when_counters_free(
+        lambda limit: tries.append(limit) or _run("==PROF== Disconnected", 0, console=BUSY), 30, pause_s=0.01)
+    assert run is not None and why == "" and len(tries) == 1
 
 
 def test_a_run_killed_at_its_limit_is_not_tried_again():
@@ -101,12 +109,12 @@ def test_each_lab_profiles_its_counter_checks_in_one_run(lab):
 
 
 @pytest.mark.parametrize("run,reason", [
-    (ToolRun(0, "", {"status": "ok"}, 0.1), ""),
-    (ToolRun(0, "", {"status": "cuda_error", "error": "CUDA error: an illegal memory access"}, 0.1),
+    (ToolRun(0, "", "", {"status": "ok"}, 0.1), ""),
+    (ToolRun(0, "", "", {"status": "cuda_error", "error": "CUDA error: an illegal memory access"}, 0.1),
      "CUDA error: an illegal memory access"),
-    (ToolRun(-11, "", None, 0.1), "segmentation fault in host code (a bad pointer dereferenced on the CPU?) [SIGSEGV]"),
-    (ToolRun(3, "", None, 0.1), "the process exited with status 3 while running your code (exit() called?)"),
-    (ToolRun(0, "", None, 0.1), "ended before reporting"),
+    (ToolRun(-11, "", "", None, 0.1), "segmentation fault in host code (a bad pointer dereferenced on the CPU?) [SIGSEGV]"),
+    (ToolRun(3, "", "", None, 0.1), "the process exited with status 3 while running your code (exit() called?)"),
+    (ToolRun(0, "", "", None, 0.1), "ended before reporting"),
 ])
 def test_why_a_tool_run_failed(run, reason):
     """Shared by the sanitizer and the profiler: a crash, an exit or an error the worker reported."""
