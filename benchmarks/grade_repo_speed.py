@@ -21,8 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.grade import GradeOptions  # noqa: E402
+from grader.grade import WAITING  # noqa: E402
 from grader.labs import find_lab, lab_ids  # noqa: E402
+from grader.options import GradeOptions  # noqa: E402
 from grader.outcome import Stage  # noqa: E402
 from grader.repo import grade_repo, submission_path  # noqa: E402
 
@@ -54,7 +55,8 @@ def main() -> int:
     warm = [w for _, w, _ in runs[1:]]
     if warm:
         print(f"warm wall: median {statistics.median(warm):.2f} s, max {max(warm):.2f} s (target <= 20 s)")
-    stages = ["compile", "static", "correctness", "waiting_for_tools", "sanitizers", "counters", "timing"]
+    stages = [Stage.COMPILE.value, Stage.STATIC.value, Stage.CORRECTNESS.value, WAITING, Stage.SANITIZER.value,
+              Stage.COUNTERS.value, Stage.SPEED.value]
     last = runs[-1][2]
     print(f"\n{'lab':<16} {'score':>9} " + " ".join(f"{s[:12]:>12}" for s in stages))
     for r in last:

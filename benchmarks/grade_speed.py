@@ -19,7 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.grade import GradeOptions, grade  # noqa: E402
+from grader.grade import WAITING, grade  # noqa
+from grader.outcome import Stage  # noqa: E402
+from grader.options import GradeOptions  # noqa: E402
 from grader.labs import find_lab  # noqa: E402
 
 
@@ -42,7 +44,8 @@ def main() -> int:
         wall = time.monotonic() - t0
         rows.append((("cold" if i == 0 else f"warm{i}"), wall, report))
 
-    stages = ["compile", "static", "correctness", "waiting_for_tools", "sanitizers", "counters", "timing"]
+    stages = [Stage.COMPILE.value, Stage.STATIC.value, Stage.CORRECTNESS.value, WAITING, Stage.SANITIZER.value,
+              Stage.COUNTERS.value, Stage.SPEED.value]
     print(f"lab {spec.id}, submission {source.name}, GPU {rows[0][2].environment.get('gpu')}")
     print(f"{'run':<7} {'wall s':>7} {'score':>7} " + " ".join(f"{s[:12]:>12}" for s in stages))
     for label, wall, r in rows:

@@ -14,17 +14,19 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, readme
+from . import __version__, labdoc, readme
 from .errors import GraderError, internal_error_id, internal_error_log
-from .grade import GradeOptions, LabReport, grade
+from .grade import grade
 from .labs import find_lab, lab_ids
+from .options import GradeOptions, Progress
+from .outcome import LabReport, fmt_points
+from .paths import shown
 from .repo import grade_repo
-from .validate import render as render_validation
-from .validate import validate
-from .outcome import fmt_points
 from .report import data as json_report
 from .report import junit, text
 from .textutil import clean, clean_line, neutralize_commands
+from .validate import render as render_validation
+from .validate import validate
 
 EXIT_OK, EXIT_BELOW, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -55,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
     _grading_options(v)
 
-    m = sub.add_parser("readme", help="write each lab's README from its lab.yaml (or --check that they are current)")
+    m = sub.add_parser("readme", help="write each lab's README from its lab.yaml and the lab.yaml reference (or --check that they are current)")
     m.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
     m.add_argument("--check", action="store_true", help="write nothing; exit 1 if a README differs from its lab.yaml")
 
@@ -115,7 +117,7 @@ def _say(message: str) -> None:
     print(neutralize_commands(clean(message)), file=sys.stderr, flush=True)
 
 
-def _progress(args: argparse.Namespace):
+def _progress(args: argparse.Namespace) -> Progress:
     return (lambda msg: None) if args.quiet else (lambda msg: _say(clean_line(msg)))
 
 
@@ -144,7 +146,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     source = args.source or (spec.files.stub if args.stub else spec.files.reference)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work
-    report = grade(spec, source, _options(args), _progress(args), display_name=_display(source))
+    report = grade(spec, source, _options(args), _progress(args), display_name=shown(source))
     return _finish([report], args)
 
 
@@ -178,29 +180,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_readme(args: argparse.Namespace) -> int:
+    """Each lab's README and the lab.yaml reference page, written (or with --check, compared)."""
+    pages = [(path, readme.render(spec)) for spec in map(find_lab, args.labs or lab_ids()) for path in readme.targets(spec)]
+    if not args.labs:
+        pages.append((labdoc.target(), labdoc.render()))
     stale = []
-    for lab_id in args.labs or lab_ids():
-        spec = find_lab(lab_id)
-        text_ = readme.render(spec)
-        for path in readme.targets(spec):
-            current = path.read_text(encoding="utf-8") if path.exists() else None
-            if current == text_:
-                continue
-            if args.check:
-                stale.append(path)
-            else:
-                path.write_text(text_, encoding="utf-8")
-                print(f"wrote {_display(path)}")
+    for path, page in pages:
+        if path.exists() and path.read_text(encoding="utf-8") == page:
+            continue
+        if args.check:
+            stale.append(path)
+        else:
+            path.write_text(page, encoding="utf-8")
+            print(f"wrote {shown(path)}")
     for path in stale:
-        print(f"{_display(path)} is out of date: run `cuda-grader readme`", file=sys.stderr)
+        print(f"{shown(path)} is out of date: run `cuda-grader readme`", file=sys.stderr)
     return EXIT_BELOW if stale else EXIT_OK
-
-
-def _display(source: Path) -> str:
-    try:
-        return str(source.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(source)
 
 
 def _write_reports(reports: list[LabReport], args: argparse.Namespace) -> None:

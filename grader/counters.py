@@ -1,4 +1,5 @@
-"""Hardware counters with Nsight Compute (ncu): never used for timing, only for counts."""
+"""Hardware counters with Nsight Compute (ncu): never used for timing, only for counts; ``grade``
+scores one counter check, ``Profiles`` shares one profiler run among the checks of a case."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import fcntl
 import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 import time
@@ -16,8 +18,17 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from . import toolchain
+from .build import baseline_library
+from .correctness import tool_task
+from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
+from .spec import CounterCheck, params_label, split_metrics
+from .submission import Submission
 from .textutil import cap_lines
+from .worker.protocol import Task
+
+#: Counter checks on the same case share a profiler run: (sorted params, seed).
+CaseKey = tuple[tuple[tuple[str, object], ...], int]
 
 
 @dataclass(frozen=True)
@@ -35,8 +46,8 @@ class CounterRun:
 
 def parse_csv(text: str) -> tuple[dict[str, float], list[str]]:
     """Sum each metric over kernels from ``ncu --csv --print-units base`` (long format)."""
-    lines = [l for l in text.splitlines() if l.startswith('"')]
-    header_at = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    header_at = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if header_at is None:
         return {}, []
     rows = list(csv.DictReader(io.StringIO("\n".join(lines[header_at:]))))
@@ -126,7 +137,7 @@ def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: fl
 
 def profile(
     library: Path,
-    task: dict,
+    task: Task,
     metrics: tuple[str, ...],
     dirs: RunDirs,
     time_limit_s: float,
@@ -134,7 +145,7 @@ def profile(
     cache_key: str | None = None,
     cache_dir: Path | None = None,
 ) -> CounterRun:
-    """Run one ``profile`` task of the worker under ncu and collect ``metrics``.
+    """Run one case ``task`` of the worker (of ``library``) under ncu and collect ``metrics``.
 
     ncu's report comes through a pipe that only the grader reads: what the program printed
     (forged CSV rows, a fake "counters busy") is never parsed."""
@@ -152,10 +163,9 @@ def profile(
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
         "--clock-control", "none", "--log-file", TOOL_LOG,
     ]
-    job = {**task, "kind": "case", "memcpy_only": True, "guard": 0}
     attempts = iter(range(1, 100))
     run, busy = run_when_counters_free(
-        lambda limit: run_under_tool(cmd, job, dirs.sub(f"try{next(attempts)}"), limit, isolation), time_limit_s)
+        lambda limit: run_under_tool(cmd, task, dirs.sub(f"try{next(attempts)}"), limit, isolation), time_limit_s)
     if run is None:
         return CounterRun(skipped=busy)
     text, seconds = run.log, run.seconds
@@ -182,3 +192,103 @@ def profile(
         tmp.write_text(json.dumps({"values": values, "kernels": kernels}))
         os.replace(tmp, cache_file)
     return counted
+
+
+def counter_value(values: Mapping[str, float], check: CounterCheck) -> float:
+    """The check's figure: the summed metric, divided by the summed ``per`` metric if given."""
+    top = sum(values[m] for m in split_metrics(check.metric))
+    if not check.per:
+        return top
+    bottom = sum(values[m] for m in split_metrics(check.per))
+    return top / bottom if bottom > 0 else math.nan
+
+
+def fmt_counter(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+class Profiles:
+    """The profiler runs of one lab's counter checks: checks on the same case (params and seed)
+    share one run that collects every metric they need, for the student and for each baseline."""
+
+    def __init__(self, checks: tuple[CounterCheck, ...]):
+        self.metrics: dict[CaseKey, tuple[str, ...]] = {}
+        self.first: dict[CaseKey, str] = {}
+        for check in checks:
+            key = self.case(check)
+            self.metrics[key] = tuple(dict.fromkeys(self.metrics.get(key, ()) + check.metric_names))
+            self.first.setdefault(key, check.id)
+        self.runs: dict[tuple[str, CaseKey], CounterRun] = {}
+
+    @staticmethod
+    def case(check: CounterCheck) -> CaseKey:
+        return (tuple(sorted(check.params.items())), check.seed)
+
+    def run(self, whose: str, check: CounterCheck, profile: Callable[[tuple[str, ...]], CounterRun]) -> CounterRun:
+        key = (whose, self.case(check))
+        if key not in self.runs:
+            self.runs[key] = profile(self.metrics[self.case(check)])
+        return self.runs[key]
+
+
+def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResult:
+    """One counter check: the student's run sandboxed, the baseline's trusted (and cached)."""
+    dirs = sub.tool_dirs(f"ncu-{check.id}")
+    mine = profiles.run("student", check, lambda metrics: profile(
+        sub.library, tool_task(sub, check, dirs), metrics, dirs, sub.time_left(check.time_limit_s), sub.isolation))
+    if mine.skipped:
+        return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
+    if mine.error:
+        return CheckResult(check.id, Stage.COUNTERS, Outcome.ERROR, 0, check.points, f"under the profiler: {mine.error}", mine.log)
+    v_student = counter_value(mine.values, check)
+    v_base, base_error = None, ""
+    if check.baseline:
+        base_lib = baseline_library(sub.spec, check.baseline, sub.archs, sub.cache_dir)
+        trusted = sub.trusted_dirs().sub(f"ncu-{check.id}")
+
+        def profile_baseline(metrics: tuple[str, ...]) -> CounterRun:
+            key = f"{sub.gpu.name}|{sub.gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
+            return profile(base_lib, tool_task(sub, check, trusted, base_lib), metrics, trusted,
+                           sub.time_left(check.time_limit_s), sub.isolation.for_baselines(), cache_key=key,
+                           cache_dir=sub.cache_dir)
+
+        base = profiles.run(f"baseline {check.baseline}", check, profile_baseline)
+        base_error = base.skipped or base.error
+        if not base_error:
+            v_base = counter_value(base.values, check)
+    measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
+                "profile_seconds": round(mine.seconds, 2)}
+    shared_with = profiles.first[profiles.case(check)]
+    if shared_with != check.id:
+        measured["profile_run_of"] = shared_with
+    measured.update({m: mine.values[m] for m in check.metric_names})
+    if v_base is not None:
+        measured[check.baseline] = v_base
+    case = params_label(check.params)
+
+    if check.kind == "reduction":
+        if v_base is None:
+            return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points,
+                               f"the {check.baseline} kernel could not be profiled: {base_error}")
+        ratio = v_base / v_student if v_student > 0 else math.inf
+        pts = partial_credit(ratio, check.zero, check.full, check.points)
+        msg = (
+            f"{check.what}: {fmt_counter(v_student)} against {fmt_counter(v_base)} for the {check.baseline} kernel "
+            f"({case}), {ratio:.1f}x fewer (full marks at >= {check.full:g}x, none at <= {check.zero:g}x)"
+        )
+        measured["ratio"] = round(ratio, 3) if math.isfinite(ratio) else "inf"
+    else:
+        if math.isnan(v_student):
+            pts = 0.0
+            msg = f"{check.what}: nothing to measure, your kernels executed none of {check.per} ({case})"
+        else:
+            pts = partial_credit(-v_student, -check.zero, -check.full, check.points)
+            msg = f"{check.what}: {fmt_counter(v_student)} ({case}; full marks at <= {check.full:g}, none at >= {check.zero:g})"
+        if v_base is not None:
+            msg += f"; the {check.baseline} kernel: {fmt_counter(v_base)}"
+    if pts < check.points and check.hint:
+        msg += f". {check.hint}"
+    outcome = Outcome.PASS if pts >= check.points else Outcome.FAIL
+    return CheckResult(check.id, Stage.COUNTERS, outcome, pts, check.points, msg, "", measured, mine.seconds)

@@ -7,7 +7,9 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Mapping
+
+from .worker.protocol import first_visible_device
 
 
 @dataclass(frozen=True)
@@ -29,11 +31,6 @@ class GpuProbe:
     health: Mapping[str, object] = field(default_factory=dict)
 
 
-def _visible_index() -> int:
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
-
-
 def probe() -> GpuProbe:
     """Find the GPU that will be graded on; say why when there is none (or it cannot be used)."""
     found = _probe_device()
@@ -45,7 +42,7 @@ def probe() -> GpuProbe:
 def _probe_device() -> GpuProbe:
     if os.environ.get("GRADER_NO_GPU"):
         return GpuProbe(None, "GPU checks disabled by GRADER_NO_GPU")
-    index = _visible_index()
+    index = first_visible_device(os.environ.get("CUDA_VISIBLE_DEVICES"))
     try:
         return _probe_nvml(index)
     except ImportError:
@@ -86,11 +83,11 @@ def _probe_nvml(index: int) -> GpuProbe:
         pynvml.nvmlShutdown()
 
 
-def _health(pynvml, handle) -> dict[str, object]:
+def _health(pynvml: Any, handle: Any) -> dict[str, object]:
     """Clocks, temperature, throttle reasons and other processes, recorded with each timing."""
     info: dict[str, object] = {}
 
-    def attempt(key, fn):
+    def attempt(key: str, fn: Callable[[], object]) -> None:
         try:
             info[key] = fn()
         except Exception:
@@ -103,7 +100,7 @@ def _health(pynvml, handle) -> dict[str, object]:
     attempt("utilization_pct", lambda: pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
     attempt("other_processes", lambda: len(pynvml.nvmlDeviceGetComputeRunningProcesses(handle)))
 
-    def throttle():
+    def throttle() -> str:
         reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
         names = [n for n in dir(pynvml) if n.startswith("nvmlClocksEventReason") and n != "nvmlClocksEventReasonNone"]
         active = sorted(

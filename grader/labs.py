@@ -9,7 +9,8 @@ from types import ModuleType
 
 from .errors import GraderError
 from .paths import PROJECT_ROOT, labs_dir
-from .spec import LabSpec, load_lab
+from .spec import LabSpec
+from .specload import load_lab
 
 __all__ = ["PROJECT_ROOT", "labs_dir", "lab_ids", "find_lab", "load_problem", "load_problem_file"]
 

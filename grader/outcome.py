@@ -1,4 +1,4 @@
-"""The closed set of outcomes and the typed result of one check."""
+"""The closed set of outcomes and the typed results: of one check, of one kernel's build, of one lab."""
 
 from __future__ import annotations
 
@@ -59,3 +59,41 @@ def partial_credit(value: float, zero: float, full: float, points: float) -> flo
         return points if value >= full else 0.0
     frac = (value - zero) / (full - zero)
     return round(points * min(1.0, max(0.0, frac)), 2)
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reports for one kernel."""
+
+    name: str
+    registers: int = 0
+    barriers: int = 0
+    smem_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    cmem_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class LabReport:
+    lab: str
+    title: str
+    submission: str
+    checks: tuple[CheckResult, ...]
+    environment: Mapping[str, object] = field(default_factory=dict)
+    kernels: tuple[KernelResources, ...] = ()
+    timings: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        return round(sum(c.points for c in self.checks), 2)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(c.max_points for c in self.checks), 2)
+
+    @property
+    def skipped_points(self) -> float:
+        return round(sum(c.max_points for c in self.checks if c.outcome is Outcome.SKIPPED), 2)

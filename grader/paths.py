@@ -21,3 +21,11 @@ def default_cache_dir() -> Path:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "cuda-lab-grader"
+
+
+def shown(path: Path, root: Path | None = None) -> str:
+    """``path`` as the user knows it: relative to ``root`` (default: the current folder) when inside it."""
+    try:
+        return str(path.resolve().relative_to((root or Path.cwd()).resolve()))
+    except ValueError:
+        return str(path)

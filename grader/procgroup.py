@@ -63,7 +63,7 @@ def drain(fd: int, sink: CappedOutput) -> bool:
     return True
 
 
-def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen, deadline: float) -> int | None:
+def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen[bytes], deadline: float) -> int | None:
     """Read every stream until all are closed and the process has ended; None past the deadline."""
     open_fds = set(streams)
     for fd in open_fds:

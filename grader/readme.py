@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import Mapping
 
 from . import sanitizer
-from .grade import launcher_prototype, planned_checks
 from .outcome import fmt_points
+from .plan import launcher_prototype, planned_checks
 from .sass import REQUIREMENT_TEXT
-from .spec import LabSpec
+from .spec import LabSpec, ParamValue
 from .validate import load_solutions
 
 TEMPLATE = "README.template.md"
@@ -27,7 +28,7 @@ def _big(n: int) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)
 
 
-def _case_params(params) -> str:
+def _case_params(params: Mapping[str, ParamValue]) -> str:
     return ", ".join(f"{k} = {_big(v) if isinstance(v, int) else v}" for k, v in params.items())
 
 
@@ -69,10 +70,10 @@ def grading_section(spec: LabSpec) -> str:
     out.append("")
     out.append("| Case | Points | Runs |")
     out.append("| --- | --- | --- |")
-    for c in cases:
-        label = f"{c.name} ({_case_params(c.params)})" if c.name else _case_params(c.params)
-        runs = f"{c.repeat} (every run must be right)" if c.repeat > 1 else "1"
-        out.append(f"| {label} | {fmt_points(c.points)} | {runs} |")
+    for case in cases:
+        label = f"{case.name} ({_case_params(case.params)})" if case.name else _case_params(case.params)
+        runs = f"{case.repeat} (every run must be right)" if case.repeat > 1 else "1"
+        out.append(f"| {label} | {fmt_points(case.points)} | {runs} |")
     out.append("")
     if spec.sanitizers:
         out.append("**compute-sanitizer** on a tiny case, without any memory pool (memcheck pads every allocation "
@@ -93,8 +94,9 @@ def grading_section(spec: LabSpec) -> str:
         out.append("")
         out.append("| Check | Points | Compared with | No credit at | Full credit at |")
         out.append("| --- | --- | --- | --- | --- |")
-        for c in bench.checks:
-            out.append(f"| `{c.id}` | {fmt_points(c.points)} | the {c.baseline} kernel | <= {c.zero:g}x its speed | >= {c.full:g}x its speed |")
+        for speed in bench.checks:
+            out.append(f"| `{speed.id}` | {fmt_points(speed.points)} | the {speed.baseline} kernel | <= {speed.zero:g}x its speed "
+                       f"| >= {speed.full:g}x its speed |")
         out.append("")
     if spec.counters:
         out.append(f"**Hardware counters** ({fmt_points(sum(c.points for c in spec.counters))} points; Nsight Compute, "
@@ -103,13 +105,13 @@ def grading_section(spec: LabSpec) -> str:
         out.append("")
         out.append("| Check | Points | Measures | Case | No credit at | Full credit at |")
         out.append("| --- | --- | --- | --- | --- | --- |")
-        for c in spec.counters:
-            measure = c.what
-            if c.kind == "reduction":
-                zero, full = f"<= {c.zero:g}x fewer than the {c.baseline} kernel", f">= {c.full:g}x fewer"
+        for counter in spec.counters:
+            measure = counter.what
+            if counter.kind == "reduction":
+                zero, full = f"<= {counter.zero:g}x fewer than the {counter.baseline} kernel", f">= {counter.full:g}x fewer"
             else:
-                zero, full = f">= {c.zero:g}", f"<= {c.full:g}"
-            out.append(f"| `{c.id}` | {fmt_points(c.points)} | {measure} | {_case_params(c.params)} | {zero} | {full} |")
+                zero, full = f">= {counter.zero:g}", f"<= {counter.full:g}"
+            out.append(f"| `{counter.id}` | {fmt_points(counter.points)} | {measure} | {_case_params(counter.params)} | {zero} | {full} |")
         out.append("")
         metrics = sorted({m for c in spec.counters for m in c.metric_names})
         out.append("Metrics: " + ", ".join(f"`{m}`" for m in metrics) + ".")
@@ -135,7 +137,8 @@ def common_failures(spec: LabSpec) -> str:
         if "compile" in caught:
             where = "`compile`"
         elif cases:  # the other checks then fail as "not graded"
-            where = ", ".join(f"`{c}`" for c in cases[:3]) + (f" and {len(cases) - 3} more case{'s' if len(cases) > 4 else ''}" if len(cases) > 3 else "")
+            more = f" and {len(cases) - 3} more case{'s' if len(cases) > 4 else ''}" if len(cases) > 3 else ""
+            where = ", ".join(f"`{c}`" for c in cases[:3]) + more
         else:
             where = ", ".join(f"`{c}`" for c in caught)
         text = " ".join(sol.why.split())

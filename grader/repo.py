@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import GraderError, internal_error_message
-from .grade import GradeOptions, LabGrading, prebuild, LabReport, Progress, fill_checks, no_progress
+from .grade import LabGrading, prebuild
 from .labs import find_lab, lab_ids
-from .outcome import CheckResult, Outcome, Stage
+from .options import GradeOptions, Progress, no_progress
+from .outcome import CheckResult, LabReport, Outcome, Stage
+from .plan import fill_checks
 from .safeio import UnsafeFile, submission_file
 from .spec import LabSpec
 

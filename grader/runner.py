@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import GraderError
 from .paths import PACKAGE_PARENT
@@ -30,6 +31,7 @@ from .procgroup import drain, kill_group, pump
 from .safeio import read_beneath, write_private
 from .sandbox import Sandbox, confined_env, worker_runtime
 from .textutil import CappedOutput, clean
+from .worker.protocol import QUIT, Task
 
 STARTUP_LIMIT_S = 120.0
 # Per file the worker writes: the .npy outputs of the largest benchmark case (memory_types:
@@ -42,7 +44,7 @@ LINE_CHARS = 200  # a reported line of it, at most
 RESULT_LIMIT_BYTES = 4 << 20  # a one-shot worker's result.json
 #: Starts the worker from an explicit folder with ``python -I``: neither the working folder nor
 #: PYTHONPATH is searched, so files planted where a run can write are never imported.
-BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv.pop(1)); from grader.worker import main; sys.exit(main(sys.argv[1:]))"
+BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv.pop(1)); from grader.worker.main import main; sys.exit(main(sys.argv[1:]))"
 #: Stands in a tool's command line for the path of the pipe its log goes to.
 TOOL_LOG = "{tool-log}"
 
@@ -66,7 +68,7 @@ class RunDirs:
 @dataclass(frozen=True)
 class TaskResult:
     status: str  # ok | cuda_error | out_of_memory | timeout | crashed | exited | worker_error | startup_failed
-    data: dict = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
     reason: str = ""  # for students, when status is not ok
     log_tail: str = ""
     seconds: float = 0.0
@@ -95,7 +97,7 @@ class Isolation:
         same trusted kernel cache."""
         return Isolation(self.sandbox, trusted=True, cupy_cache=self.cupy_cache)
 
-    def command(self, args: list[str], dirs: RunDirs, extra_env: dict[str, str] | None = None,
+    def command(self, args: list[Any], dirs: RunDirs, extra_env: dict[str, str] | None = None,
                 read_also: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str]]:
         """The argv and environment that run ``args`` confined; ``args`` may start with a tool
         and go on with :func:`worker_command` (whose ``WORKER_ROOT`` becomes the folder the worker
@@ -119,7 +121,7 @@ class Isolation:
 WORKER_ROOT = object()
 
 
-def worker_command(*args: str) -> list:
+def worker_command(*args: str) -> list[Any]:
     """``python -I`` running the worker from the folder :meth:`Isolation.command` fills in."""
     return [sys.executable, "-I", "-u", "-c", BOOTSTRAP, WORKER_ROOT, *args]
 
@@ -160,7 +162,7 @@ class WorkerSession:
         self.dirs = dirs
         self.isolation = isolation
         self.extra_env = extra_env or {}
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.tasks: int | None = None  # the write end of the worker's task pipe
         self.rfd: int | None = None
         self.outfd: int | None = None
@@ -213,29 +215,32 @@ class WorkerSession:
             return TaskResult("startup_failed", reason=f"could not start the GPU worker: {reason}", log_tail=self.log_tail())
         return None
 
-    def _read_message(self, timeout: float) -> dict | None:
+    def _read_message(self, timeout: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout
+        results = self.rfd
+        if results is None:
+            return None
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            fds = [self.rfd] + ([self.outfd] if self.outfd is not None else [])
+            fds = [results] + ([self.outfd] if self.outfd is not None else [])
             ready, _, _ = select.select(fds, [], [], min(left, 0.5))
             if self.outfd is not None and self.outfd in ready:
                 if not drain(self.outfd, self.output):
                     self.outfd = None
-                ready = [fd for fd in ready if fd == self.rfd]
+                ready = [fd for fd in ready if fd == results]
                 if not ready:
                     continue
             if not ready:
                 if self.proc is not None and self.proc.poll() is not None:
                     # one more non-blocking read below catches a message written just before exit
-                    ready2, _, _ = select.select([self.rfd], [], [], 0)
+                    ready2, _, _ = select.select([results], [], [], 0)
                     if not ready2:
                         return None
                 else:
                     continue
-            chunk = os.read(self.rfd, 1 << 16)
+            chunk = os.read(results, 1 << 16)
             if not chunk:
                 return None
             self.buffer += chunk
@@ -246,7 +251,7 @@ class WorkerSession:
             message = None
         return message if isinstance(message, dict) else {"status": "worker_error", "error": "the worker sent an unreadable message"}
 
-    def _read_reply(self, nonce: str, deadline: float) -> dict | None:
+    def _read_reply(self, nonce: str, deadline: float) -> dict[str, Any] | None:
         """The worker's answer to the task sent with ``nonce``. Student code in the worker can write
         to the result pipe too: a line without the task's nonce is ignored, except the exit and
         crash reports of the support file (which only end the student's own grade)."""
@@ -255,7 +260,7 @@ class WorkerSession:
             if msg is None or msg.get("id") == nonce or msg.get("status") in ("exited", "crashed"):
                 return msg
 
-    def _send(self, task: dict) -> bool:
+    def _send(self, task: Task) -> bool:
         """Hand the worker a task; False if it is gone (reported by the read that follows)."""
         if self.tasks is None:
             return False
@@ -265,7 +270,7 @@ class WorkerSession:
         except OSError:
             return False
 
-    def run(self, task: dict, time_limit_s: float) -> TaskResult:
+    def run(self, task: Task, time_limit_s: float) -> TaskResult:
         if self.proc is None or self.proc.poll() is not None or not self.ready:
             failed = self._start()
             if failed is not None:
@@ -333,7 +338,7 @@ class WorkerSession:
 
     def close(self) -> None:
         if self.proc is not None:
-            if self.proc.poll() is None and self._send({"kind": "quit"}):
+            if self.proc.poll() is None and self._send(QUIT):
                 try:
                     self.proc.wait(10)
                 except subprocess.TimeoutExpired:
@@ -356,7 +361,7 @@ class WorkerSession:
     def __enter__(self) -> "WorkerSession":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.kill()
 
 
@@ -372,7 +377,7 @@ class ToolRun:
     returncode: int | None  # None: killed at the time limit
     log: str  # the tool's own report, cleaned
     console: str  # what the tool and the program printed, cleaned
-    result: dict | None  # what the worker reported, if it got that far
+    result: dict[str, Any] | None  # what the worker reported, if it got that far
     seconds: float
 
     @property
@@ -390,7 +395,7 @@ class ToolRun:
 
 
 def run_under_tool(
-    tool_cmd: list[str], task: dict, dirs: RunDirs, time_limit_s: float, isolation: Isolation,
+    tool_cmd: list[str], task: Task, dirs: RunDirs, time_limit_s: float, isolation: Isolation,
     extra_env: dict[str, str] | None = None,
 ) -> ToolRun:
     """``tool_cmd`` followed by a one-shot worker, in its own process group, killed at the limit.
@@ -425,7 +430,7 @@ def run_under_tool(
     return ToolRun(code, clean(log.text()), clean(console.text()), _read_result(dirs.outbox), time.monotonic() - started)
 
 
-def _read_result(outbox: Path) -> dict | None:
+def _read_result(outbox: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(read_beneath(outbox, "result.json", RESULT_LIMIT_BYTES))
     except (OSError, ValueError, GraderError):  # missing, unreadable, a link, too large

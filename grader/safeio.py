@@ -57,7 +57,8 @@ def _read_fd(fd: int, limit: int, path: Path | str, what: str) -> bytes:
         raise _refusal(path, info.st_mode, what)
     if info.st_size > limit:
         raise UnsafeFile(f"is {info.st_size:,} bytes; {what} may be at most {limit:,} bytes", path=path)
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         chunk = os.read(fd, min(1 << 20, limit + 1 - total))
         if not chunk:
@@ -150,7 +151,8 @@ def load_npy(base: Path, rel: str | Path, limit: int) -> np.ndarray:
 
     data = read_beneath(base, rel, limit)
     try:
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        array: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
+        return array
     except (ValueError, OSError, EOFError) as exc:
         raise UnsafeFile(f"is not a readable .npy array ({exc})", path=str(Path(base) / rel)) from None
 

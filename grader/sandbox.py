@@ -43,8 +43,6 @@ ENV_ALLOWED = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", 
 ENV_ALLOWED_PREFIXES = ("CUDA_", "CUPY_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 TMP_SIZE_BYTES = 512 << 20  # the sandbox's private /tmp
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) to sandbox submissions"
-#: The grader modules the worker imports; nothing else of the grader is visible to it.
-WORKER_MODULES = ("__init__.py", "worker.py", "expr.py")
 
 
 @dataclass(frozen=True)
@@ -178,17 +176,18 @@ def detect() -> Sandbox:
 
 @functools.lru_cache(maxsize=None)
 def worker_runtime() -> Path:
-    """A read-only copy of the few modules the worker runs, made once per grader process.
+    """A read-only copy of the worker package, made once per grader process.
 
-    Inside the sandbox the worker imports only these, so the grader's other files stay hidden.
+    Inside the sandbox the worker imports only this copy (the package needs nothing else of the
+    grader), so the grader's other files stay hidden.
     """
     folder = Path(tempfile.mkdtemp(prefix="grader-runtime-"))
     atexit.register(shutil.rmtree, folder, True)
-    package = folder / "grader"
-    package.mkdir()
     here = Path(__file__).parent
-    for name in WORKER_MODULES:
-        shutil.copyfile(here / name, package / name)
-        os.chmod(package / name, 0o444)
-    os.chmod(package, 0o555)
+    package = folder / "grader"
+    shutil.copytree(here / "worker", package / "worker", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(here / "__init__.py", package / "__init__.py")
+    for path in sorted(package.rglob("*"), reverse=True):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    package.chmod(0o555)
     return folder

@@ -1,4 +1,4 @@
-"""compute-sanitizer checks: one launch on a tiny case, without CuPy's memory pool.
+"""compute-sanitizer checks: one launch on a tiny case, without CuPy's memory pool; ``grade`` scores one.
 
 The pool rounds allocations up and packs them together, hiding out-of-bounds accesses, so the
 worker runs with plain ``cudaMalloc`` here and memcheck pads every allocation.
@@ -11,8 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import toolchain
+from .correctness import tool_task
+from .outcome import CheckResult, Outcome, Stage
 from .runner import TOOL_LOG, Isolation, RunDirs, run_under_tool
+from .spec import SanitizerCheck, params_label
+from .submission import Submission
 from .textutil import cap_lines
+from .worker.protocol import Task
 
 ERROR_EXIT = 86  # what compute-sanitizer exits with when it reported an error
 MEMCHECK_PADDING = 256
@@ -80,7 +85,7 @@ def parse(text: str) -> tuple[int, list[str]]:
     return count, findings
 
 
-def run(library: Path, task: dict, tool: str, dirs: RunDirs, time_limit_s: float, source_name: str,
+def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: str,
         isolation: Isolation) -> SanitizerRun:
     """Run one case task of the worker under ``compute-sanitizer --tool tool``.
 
@@ -93,8 +98,7 @@ def run(library: Path, task: dict, tool: str, dirs: RunDirs, time_limit_s: float
         str(exe), "--tool", tool, *TOOL_FLAGS[tool], "--error-exitcode", str(ERROR_EXIT),
         "--print-limit", "20", "--log-file", TOOL_LOG,
     ]
-    job = {**task, "lib": str(library), "kind": "case", "memcpy_only": True, "guard": 0}
-    result = run_under_tool(cmd, job, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"})
+    result = run_under_tool(cmd, task, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"})
     text = _student_paths(result.log, source_name)
     if result.timed_out:
         return SanitizerRun(error=f"did not finish within {time_limit_s:g} s under compute-sanitizer and was killed",
@@ -115,3 +119,26 @@ def _student_paths(text: str, source_name: str) -> str:
     """Show the student's own file name where the sanitizer prints the build copy's path."""
     base = Path(source_name).name
     return re.sub(r"(?:/[^\s:]*/)?" + re.escape(base) + r":", source_name + ":", text)
+
+
+def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
+    """One sanitizer check of the submission: pass when the tool reports nothing."""
+    dirs = sub.tool_dirs(f"sanitizer-{check.id}")
+    result = run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name, sub.isolation)
+    case = params_label(check.params)
+    if result.skipped:
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.SKIPPED, 0, check.points, result.skipped)
+    if result.error:
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.ERROR, 0, check.points,
+                           f"under compute-sanitizer {check.tool} ({case}): {result.error}", result.log,
+                           duration_s=result.seconds)
+    measured = {"errors": result.errors, "case": case, "seconds": round(result.seconds, 2)}
+    if result.errors:
+        first = result.findings[0].replace("\n", " ") if result.findings else "see the details"
+        msg = f"{check.tool} reported {result.errors} error(s) ({WHAT[check.tool]}) on {case}; first: {first}"
+        if check.hint:
+            msg += f". {check.hint}"
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, msg,
+                           "\n\n".join(result.findings) or result.log, measured, result.seconds)
+    return CheckResult(check.id, Stage.SANITIZER, Outcome.PASS, check.points, check.points,
+                       f"{check.tool}: no {WHAT[check.tool]} on {case}", "", measured, result.seconds)

@@ -1,4 +1,5 @@
-"""What the compiled code says about memory use: SASS opcodes and cuobjdump resource usage."""
+"""What the compiled code says about memory use: SASS opcodes and cuobjdump resource usage;
+``static_checks`` grades a lab's compiled-code checks from them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 from typing import Mapping
 
 from . import toolchain
-from .compile import demangle
+from .build import demangle
+from .outcome import CheckResult, KernelResources, Outcome, Stage
+from .spec import LabSpec
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ def parse_sass(text: str) -> tuple[FunctionCode, ...]:
     ops: dict[str, int] = {}
     bank3 = False
 
-    def flush():
+    def flush() -> None:
         if name is not None:
             funcs.append(FunctionCode(demangle(name), dict(ops), bank3))
 
@@ -184,3 +187,35 @@ def requirement_met(facts: CodeFacts, requirement: str) -> tuple[bool, str]:
         n = facts.count(*SHARED_ATOMIC_OPS)
         return n > 0, f"{n} shared-memory atomic instructions (ATOMS) in the SASS"
     raise ValueError(f"unknown static requirement {requirement!r}")
+
+
+def static_checks(spec: LabSpec, library: Path, kernels: tuple[KernelResources, ...] = (),
+                   launched: set[str] | None = None) -> list[CheckResult]:
+    """The compiled-code checks; with ``launched``, only kernels that ran are judged (a kernel the
+    file defines but never launches earns nothing)."""
+    if not spec.static:
+        return []
+    try:
+        facts = inspect(library)
+    except SassUnavailable as exc:
+        return [CheckResult(c.id, Stage.STATIC, Outcome.SKIPPED, 0, c.points, str(exc)) for c in spec.static]
+    scope = ""
+    if launched is not None:
+        unused = {k.name for k in kernels} - launched
+        facts = facts.without(unused)
+        scope = f" (judged on the kernels that ran: {', '.join(sorted(launched)) or 'none'})"
+    unsure = launched is None and len(kernels) > 1  # which of several kernels run is not known yet
+    out = []
+    for c in spec.static:
+        ok, evidence = requirement_met(facts, c.require)
+        if unsure and not settled_without_knowing_what_ran(c.require, ok):
+            out.append(CheckResult(c.id, Stage.STATIC, Outcome.SKIPPED, 0, c.points,
+                                   f"{evidence}; your file defines {len(kernels)} kernels, and only those that run "
+                                   "count: which ones do is seen when the correctness cases run on a GPU"))
+            continue
+        evidence += scope
+        message = evidence if ok else f"{evidence}. {c.hint}".strip()
+        out.append(
+            CheckResult(c.id, Stage.STATIC, Outcome.PASS if ok else Outcome.FAIL, c.points if ok else 0, c.points, message)
+        )
+    return out

@@ -1,24 +1,19 @@
-"""Lab specifications: typed, frozen records loaded from lab.yaml by one function.
+"""Lab specifications: typed, frozen records of lab.yaml and solutions/expected.yaml.
 
-Every error names the file, the key path and the offending value; unknown keys get a
-"did you mean" suggestion.
+``specload`` builds them from YAML (every field is a key of the same name unless its metadata
+says ``yaml: False``); ``labdoc`` renders each field's ``doc`` metadata as the lab.yaml
+reference, labs/LAB_YAML.md. Paths in the YAML are relative to the YAML file's folder, and
+expressions (shapes, values, sizes) are arithmetic over the case parameters: numbers, parameter
+names, ``+ - * / // % **`` and parentheses.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
-
-import yaml
-
-from . import expr
-from .errors import SpecError
+from typing import Literal, Mapping, Optional
 
 Role = Literal["input", "output", "scalar"]
 DType = Literal["float32", "int32", "uint32", "uint8", "int64"]
@@ -31,64 +26,111 @@ CounterKind = Literal["reduction", "at_most"]
 ParamValue = typing.Union[int, str]
 VerdictName = Literal["pass", "fail", "error", "skipped", "any"]
 
+_PARAMS = ("The case: parameter name to value. Integers size the buffers (every parameter the launcher's shapes and "
+           "values and `tolerance.reduction_length` use must be given); text values pick a variant of "
+           "`problem.py`'s `generate()`.")
+_CHECK_ID = "The check's id in reports and in expected.yaml verdicts; unique among the lab's checks and case labels."
+_HINT = "Advice appended to the check's message when it does not get full points; empty: none."
+_BASELINE = "`reference` (files.reference) or a name from `files.baselines`."
+
 
 @dataclass(frozen=True)
 class Arg:
     """One parameter of the student's launcher, in prototype order."""
 
-    name: str
-    role: Role
-    dtype: Optional[DType] = None  # arrays
-    shape: tuple[str, ...] = ()  # arrays: expressions over case parameters
-    init: Literal["nan", "zero"] = "nan"  # outputs: contents before each call
-    ctype: Optional[CType] = None  # scalars
-    value: str = ""  # scalars: expression over case parameters
-    host: bool = False  # a host pointer rather than a device pointer
+    name: str = field(metadata={"doc": "The parameter's name in the launcher's prototype; also the array's key in "
+                                       "what `problem.py`'s `generate()` returns and `expected()` gives."})
+    role: Role = field(metadata={"doc": "`input`: an array from `generate()` that the call must leave unchanged; "
+                                        "`output`: an array compared with `expected()`; `scalar`: a number "
+                                        "passed by value."})
+    dtype: Optional[DType] = field(default=None, metadata={"doc": "Arrays (required for them): the element type."})
+    shape: tuple[str, ...] = field(default=(), metadata={
+        "doc": "Arrays (required for them): the dimensions, each an expression over the case parameters; the "
+               "launcher gets a flat buffer of their product elements."})
+    init: Literal["nan", "zero"] = field(default="nan", metadata={
+        "doc": "Outputs: their contents before each call. `nan`: NaN for float types, the largest value for "
+               "integer types, so that elements never written show as wrong; `zero`: zeros (for outputs the "
+               "kernel adds to)."})
+    ctype: Optional[CType] = field(default=None, metadata={"doc": "Scalars (required for them): the C type."})
+    value: str = field(default="", metadata={
+        "doc": "Scalars (required for them): an expression over the case parameters (usually just a name)."})
+    host: bool = field(default=False, metadata={
+        "doc": "Inputs: pass a pointer to a host copy instead of a device pointer (for data the launcher copies "
+               "itself, e.g. with `cudaMemcpyToSymbol`)."})
 
 
 @dataclass(frozen=True)
 class Launcher:
-    name: str
-    args: tuple[Arg, ...]
+    """The host function the student implements and the grader calls (declared in files.header)."""
+
+    name: str = field(metadata={"doc": "The launcher's C name, as the header declares it; a file that does not "
+                                       "define it fails to compile with a message that says so."})
+    args: tuple[Arg, ...] = field(metadata={"doc": "Its parameters, in prototype order; at least one output."})
 
 
 @dataclass(frozen=True)
 class Files:
-    header: Path
-    problem: Path
-    reference: Path
-    stub: Path
-    baselines: Mapping[str, Path] = field(default_factory=dict)
+    """The lab's files, each relative to lab.yaml's folder; each must exist."""
+
+    header: Path = field(metadata={"doc": "The interface header: force-included when compiling the student's file "
+                                          "and every baseline; the README quotes the launcher's declaration from it."})
+    problem: Path = field(metadata={"doc": "The Python module with `generate(params, seed, xp)` (the inputs) and "
+                                           "`expected(inputs, params)` (the float64 or exact oracle)."})
+    reference: Path = field(metadata={"doc": "The reference solution: the baseline named `reference`, and a solution "
+                                             "expected to score full marks."})
+    stub: Path = field(metadata={"doc": "The file students start from (the student template); the lab README is "
+                                        "written next to it too."})
+    baselines: Mapping[str, Path] = field(default_factory=dict, metadata={
+        "doc": "More kernels that speed and counter checks compare with: name to .cu file. Left out: only "
+               "`reference`."})
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """|got - expected| <= sqrt(k) * (atol + rtol * |expected|), k the reduction length."""
+    """``|got - expected| <= sqrt(k) * (atol + rtol * |expected|)``, k the reduction length."""
 
-    kind: Literal["float", "exact"] = "float"
-    rtol: float = 0.0
-    atol: float = 0.0
-    reduction_length: str = "1"
+    kind: Literal["float", "exact"] = field(default="float", metadata={
+        "doc": "`float`: compared in float64 within the bound above (NaN and infinity are always wrong); "
+               "`exact`: compared as integers."})
+    rtol: float = field(default=0.0, metadata={"doc": "Relative tolerance per term, a fraction of |expected| "
+                                                      "(`float` only)."})
+    atol: float = field(default=0.0, metadata={"doc": "Absolute tolerance per term, in output units "
+                                                      "(`float` only)."})
+    reduction_length: str = field(default="1", metadata={
+        "doc": "k, the number of terms summed into each output: an expression over the case parameters "
+               "(values below 1 count as 1). The bound grows with sqrt(k)."})
 
 
 @dataclass(frozen=True)
 class StaticCheck:
-    id: str
-    require: StaticRequirement
-    points: float
-    hint: str = ""
-    after_correctness: bool = False  # scored only when every correctness case passes (an empty stub has no local memory)
+    """A requirement on the compiled code (SASS and resource usage), checked without a GPU."""
+
+    id: str = field(metadata={"doc": _CHECK_ID})
+    require: StaticRequirement = field(metadata={
+        "doc": "What the compiled kernels must show: `shared_memory` (LDS/STS), `constant_memory` (reads of "
+               "`__constant__` data), `no_local_memory` (no LDL/STL, no spills), `global_atomics` (RED/ATOMG), "
+               "`shared_atomics` (ATOMS), `atomics` (either)."})
+    points: float = field(metadata={"doc": "Points for passing."})
+    hint: str = field(default="", metadata={"doc": _HINT})
+    after_correctness: bool = field(default=False, metadata={
+        "doc": "Score it only when every correctness case passes (for requirements an empty stub meets, such "
+               "as `no_local_memory`)."})
 
 
 @dataclass(frozen=True)
 class Case:
     """One graded input. Integer parameters size the buffers; text ones pick a generator variant."""
 
-    params: Mapping[str, ParamValue]
-    seed: int
-    points: float
-    name: str = ""
-    repeat: int = 1  # run this many times with fresh outputs; the worst run counts (races)
+    params: Mapping[str, ParamValue] = field(metadata={"doc": _PARAMS})
+    seed: int = field(metadata={"doc": "The generator's seed, mixed with the grading run's secret (random unless "
+                                       "`GRADER_SECRET` is set), so that outputs cannot be precomputed."})
+    points: float = field(metadata={"doc": "Points for a correct result."})
+    name: str = field(default="", metadata={
+        "doc": "The case's label, as in the check id `correctness[<label>]`; empty: the parameters, "
+               "`k=v,k=v`. Labels must be unique."})
+    repeat: int = field(default=1, metadata={
+        "doc": "Run the same input this many times with fresh outputs; every run must be right (catches "
+               "races). At least 1."})
 
     @property
     def label(self) -> str:
@@ -102,43 +144,67 @@ def params_label(params: Mapping[str, ParamValue]) -> str:
 
 @dataclass(frozen=True)
 class Correctness:
-    cases: tuple[Case, ...]
-    time_limit_s: float = 10.0
-    guard_elements: int = 64  # canary words before and after every output buffer
-    max_mismatches_shown: int = 5
+    """The graded inputs and how each is run."""
+
+    cases: tuple[Case, ...] = field(metadata={"doc": "The cases, in the order they run; at least one."})
+    time_limit_s: float = field(default=10.0, metadata={
+        "doc": "Seconds one run of a case may take before it is stopped (and the case errors)."})
+    guard_elements: int = field(default=64, metadata={
+        "doc": "Canary elements (of the output's type) before and after every output buffer; a changed canary "
+               "fails the case as a write out of bounds."})
+    max_mismatches_shown: int = field(default=5, metadata={
+        "doc": "How many wrong elements a failed case lists in its details."})
 
 
 @dataclass(frozen=True)
 class Timing:
-    min_samples: int = 10
-    max_samples: int = 100
-    target_rse: float = 0.005
-    budget_s: float = 2.0
-    warmup_s: float = 0.025
-    max_cv: float = 0.02
+    """When sampling stops. Kernels are timed in turns, one call each, with CUDA events."""
+
+    min_samples: int = field(default=10, metadata={
+        "doc": "Timed calls each kernel needs before sampling may stop (after 4 x budget_s, 3 will do)."})
+    max_samples: int = field(default=100, metadata={"doc": "Sampling stops once every kernel has this many calls."})
+    target_rse: float = field(default=0.005, metadata={
+        "doc": "Sampling stops early once every kernel's relative standard error of the mean is at most this "
+               "(a fraction: 0.005 is 0.5%)."})
+    budget_s: float = field(default=2.0, metadata={"doc": "Seconds of sampling after which it stops, once "
+                                                          "min_samples are in."})
+    warmup_s: float = field(default=0.025, metadata={
+        "doc": "Seconds each kernel is called before sampling, its times discarded (at least one call)."})
+    max_cv: float = field(default=0.02, metadata={
+        "doc": "Largest coefficient of variation (stdev / mean, a fraction) accepted; above it every kernel is "
+               "sampled once more, and a kernel still above is reported as noisy."})
 
 
 @dataclass(frozen=True)
 class SpeedCheck:
     """Credit on baseline_time / student_time: none at or below ``zero``, full at ``full``."""
 
-    id: str
-    baseline: str
-    full: float
-    zero: float
-    points: float
-    hint: str = ""
+    id: str = field(metadata={"doc": _CHECK_ID})
+    baseline: str = field(metadata={"doc": "The kernel timed beside the student's: " + _BASELINE})
+    full: float = field(metadata={"doc": "Speed ratio (baseline median / student median, x) at or above which the "
+                                         "check gets full points; at least `zero`."})
+    zero: float = field(metadata={"doc": "Speed ratio at or below which it gets none; linear in between."})
+    points: float = field(metadata={"doc": "Points at full credit."})
+    hint: str = field(default="", metadata={"doc": _HINT})
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    params: Mapping[str, ParamValue]
-    seed: int = 0
-    flops: str = "0"
-    bytes: str = "0"
-    time_limit_s: float = 120.0
-    timing: Timing = field(default_factory=Timing)
-    checks: tuple[SpeedCheck, ...] = ()
+    """The timed case: the student's launcher against the baselines, once every correctness case passes."""
+
+    params: Mapping[str, ParamValue] = field(metadata={"doc": _PARAMS})
+    seed: int = field(default=0, metadata={"doc": "The generator's seed, mixed with the grading run's secret like "
+                                                  "a case's."})
+    flops: str = field(default="0", metadata={
+        "doc": "Floating-point operations per call, an expression over the parameters, for the GFLOP/s in "
+               "reports; 0: not reported."})
+    bytes: str = field(default="0", metadata={
+        "doc": "Bytes per call that must move to or from DRAM, an expression over the parameters: GB/s in "
+               "reports, and a median faster than bytes / peak DRAM bandwidth is an error. 0: neither."})
+    time_limit_s: float = field(default=120.0, metadata={"doc": "Seconds any one step of the timing (setting up "
+                                                                "the case, one call of a kernel) may take."})
+    timing: Timing = field(default_factory=Timing, metadata={"doc": "When sampling stops."})
+    checks: tuple[SpeedCheck, ...] = field(default=(), metadata={"doc": "The speed checks on this case."})
 
 
 @dataclass(frozen=True)
@@ -150,19 +216,29 @@ class CounterCheck:
     baseline, if named, is profiled too and shown for comparison.
     """
 
-    id: str
-    metric: str
-    what: str
-    params: Mapping[str, ParamValue]
-    seed: int
-    full: float
-    zero: float
-    points: float
-    kind: CounterKind = "reduction"
-    per: str = ""
-    baseline: str = ""
-    hint: str = ""
-    time_limit_s: float = 120.0
+    id: str = field(metadata={"doc": _CHECK_ID})
+    metric: str = field(metadata={"doc": "The Nsight Compute metric, or several joined with `+` (summed), "
+                                         "collected over the student's kernels in one launch."})
+    what: str = field(metadata={"doc": "What the figure counts, in words (messages and the README)."})
+    params: Mapping[str, ParamValue] = field(metadata={"doc": _PARAMS})
+    seed: int = field(metadata={"doc": "The generator's seed, used as is; checks with the same params and seed "
+                                       "share one profiler run."})
+    full: float = field(metadata={"doc": "`reduction`: the ratio (x fewer than the baseline) at or above which "
+                                         "the check gets full points; `at_most`: the value at or below which it "
+                                         "does."})
+    zero: float = field(metadata={"doc": "`reduction`: the ratio at or below which it gets none; `at_most`: the "
+                                         "value at or above which it gets none. Linear in between."})
+    points: float = field(metadata={"doc": "Points at full credit."})
+    kind: CounterKind = field(default="reduction", metadata={
+        "doc": "`reduction`: credit on baseline value / student value; `at_most`: a bound on the student's "
+               "value (`full` at or below `zero`)."})
+    per: str = field(default="", metadata={"doc": "A metric (or `+` sum) to divide by, for a per-request or "
+                                                  "per-instruction figure; empty: no division."})
+    baseline: str = field(default="", metadata={
+        "doc": "The kernel profiled for comparison: " + _BASELINE + " Required for `reduction`; empty: none."})
+    hint: str = field(default="", metadata={"doc": _HINT})
+    time_limit_s: float = field(default=120.0, metadata={"doc": "Seconds one profiler run (the student's or the "
+                                                                "baseline's) may take."})
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -177,37 +253,51 @@ def split_metrics(text: str) -> tuple[str, ...]:
 class SanitizerCheck:
     """One launch on a tiny case under compute-sanitizer; any reported error fails it."""
 
-    id: str
-    tool: SanitizerTool
-    params: Mapping[str, ParamValue]
-    seed: int
-    points: float
-    hint: str = ""
-    time_limit_s: float = 120.0
+    id: str = field(metadata={"doc": _CHECK_ID})
+    tool: SanitizerTool = field(metadata={
+        "doc": "The compute-sanitizer tool: `memcheck` (out-of-bounds and misaligned accesses), `racecheck` "
+               "(shared-memory races), `synccheck` (barrier misuse), `initcheck` (reads of uninitialised "
+               "global memory)."})
+    params: Mapping[str, ParamValue] = field(metadata={"doc": _PARAMS + " Keep it small: the tools are slow."})
+    seed: int = field(metadata={"doc": "The generator's seed, used as is."})
+    points: float = field(metadata={"doc": "Points for a clean run, once every correctness case passes; not "
+                                           "negative."})
+    hint: str = field(default="", metadata={"doc": _HINT})
+    time_limit_s: float = field(default=120.0, metadata={"doc": "Seconds the run under the tool may take."})
 
 
 @dataclass(frozen=True)
 class CompileOptions:
-    flags: tuple[str, ...] = ("-O3",)
-    time_limit_s: float = 60.0  # a real lab file takes seconds; a template bomb is stopped here
+    """How the student's file and the baselines are compiled."""
+
+    flags: tuple[str, ...] = field(default=("-O3",), metadata={
+        "doc": "nvcc flags, before the grader's own (architectures, `-shared`, `-lineinfo`, ...)."})
+    time_limit_s: float = field(default=60.0, metadata={
+        "doc": "Seconds one compilation may take; a real lab file takes seconds, a template bomb is stopped."})
 
 
 @dataclass(frozen=True)
 class LabSpec:
-    id: str
-    title: str
-    files: Files
-    launcher: Launcher
-    tolerance: Tolerance
-    correctness: Correctness
-    task: str = ""  # the task for students, Markdown (the lab README is generated around it)
-    static: tuple[StaticCheck, ...] = ()
-    sanitizers: tuple[SanitizerCheck, ...] = ()
-    benchmark: Optional[Benchmark] = None
-    counters: tuple[CounterCheck, ...] = ()
-    compile: CompileOptions = field(default_factory=CompileOptions)
-    root: Path = field(default=Path("."), metadata={"yaml": False})
-    source: Path = field(default=Path("lab.yaml"), metadata={"yaml": False})
+    """A lab: ``labs/<id>/lab.yaml``."""
+
+    id: str = field(metadata={"doc": "The lab's id, the same as its folder's name: the student's file is "
+                                     "`labs/<id>/student.cu`, and reports name the lab by it."})
+    title: str = field(metadata={"doc": "The title of the README and of reports."})
+    files: Files = field(metadata={"doc": "The lab's files."})
+    launcher: Launcher = field(metadata={"doc": "The function students implement."})
+    tolerance: Tolerance = field(metadata={"doc": "How outputs are compared with the oracle's."})
+    correctness: Correctness = field(metadata={"doc": "The graded cases."})
+    task: str = field(default="", metadata={
+        "doc": "The task for students, Markdown: the README's \"The task\" section (the rest of the README is "
+               "generated around it)."})
+    static: tuple[StaticCheck, ...] = field(default=(), metadata={"doc": "Checks on the compiled code."})
+    sanitizers: tuple[SanitizerCheck, ...] = field(default=(), metadata={"doc": "compute-sanitizer checks."})
+    benchmark: Optional[Benchmark] = field(default=None, metadata={"doc": "The timed case; left out: no speed checks."})
+    counters: tuple[CounterCheck, ...] = field(default=(), metadata={"doc": "Hardware-counter checks (Nsight "
+                                                                             "Compute)."})
+    compile: CompileOptions = field(default_factory=CompileOptions, metadata={"doc": "Compiler options."})
+    root: Path = field(default=Path("."), metadata={"yaml": False})  # set by the loader: lab.yaml's folder
+    source: Path = field(default=Path("lab.yaml"), metadata={"yaml": False})  # set by the loader: lab.yaml
 
     @property
     def max_points(self) -> float:
@@ -227,12 +317,17 @@ class LabSpec:
 class ExpectedSolution:
     """A known solution and the verdict each check must give it (glob patterns, first match wins)."""
 
-    file: Path
-    why: str
-    verdicts: Mapping[str, VerdictName]
-    min_score: Optional[float] = None
-    max_score: Optional[float] = None
-
+    file: Path = field(metadata={"doc": "The solution's .cu file, relative to expected.yaml's folder."})
+    why: str = field(metadata={"doc": "What it does and why it earns these verdicts; the README lists those "
+                                      "under `solutions/wrong/` as common failures."})
+    verdicts: Mapping[str, VerdictName] = field(metadata={
+        "doc": "Check-id pattern to verdict; `*` is the only wildcard (ids contain brackets) and the first "
+               "matching pattern wins. Every check needs one; `any` accepts every verdict."})
+    min_score: Optional[float] = field(default=None, metadata={
+        "doc": "The lowest total score allowed, in points; left out: no bound. Checked only when every check ran "
+               "on the grading machine."})
+    max_score: Optional[float] = field(default=None, metadata={
+        "doc": "The highest total score allowed, in points; left out: no bound. Checked likewise."})
 
     def verdict(self, check_id: str) -> str | None:
         """The expected verdict for a check; ``*`` is the only wildcard (ids contain brackets)."""
@@ -245,245 +340,8 @@ class ExpectedSolution:
 
 @dataclass(frozen=True)
 class ExpectedSolutions:
-    solutions: tuple[ExpectedSolution, ...]
+    """A lab's known solutions: ``labs/<id>/solutions/expected.yaml``."""
 
-
-# ---------------------------------------------------------------- loading
-
-
-def load_lab(path: Path | str) -> LabSpec:
-    """Load and validate ``labs/<id>/lab.yaml`` (or the lab folder)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "lab.yaml"
-    data = _read_yaml(path)
-    spec = _Loader(path).build(LabSpec, data, "")
-    spec = dataclasses.replace(spec, root=path.parent.resolve(), source=path)
-    _validate_lab(spec, path)
-    return spec
-
-
-def load_expected(path: Path | str) -> ExpectedSolutions:
-    path = Path(path)
-    return _Loader(path).build(ExpectedSolutions, _read_yaml(path), "")
-
-
-def _read_yaml(path: Path) -> Any:
-    if not path.exists():
-        raise SpecError("file not found", path=path)
-    if path.is_dir():
-        raise SpecError("is a directory, expected a YAML file", path=path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not UTF-8 text (byte {exc.start})", path=path) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"malformed YAML: {where}{problem}", path=path) from None
-    if not isinstance(data, dict):
-        raise SpecError(f"expected a mapping at the top level, got {_describe(data)}", path=path)
-    return data
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "nothing (null)"
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{type(value).__name__} {text}"
-
-
-class _Loader:
-    def __init__(self, path: Path):
-        self.path = path
-        self.base = path.parent
-
-    def fail(self, key: str, message: str) -> SpecError:
-        return SpecError(message, path=self.path, key=key or "(top level)")
-
-    def build(self, cls: type, data: Any, key: str) -> Any:
-        if not isinstance(data, dict):
-            raise self.fail(key, f"expected a mapping, got {_describe(data)}")
-        hints = typing.get_type_hints(cls)
-        fields = {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
-        for name in data:
-            if name not in fields:
-                near = difflib.get_close_matches(str(name), list(fields), n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(fields)}"
-                raise self.fail(_join(key, str(name)), f"unknown key{hint}")
-        kwargs = {}
-        for name, f in fields.items():
-            sub = _join(key, name)
-            if name in data:
-                kwargs[name] = self.convert(hints[name], data[name], sub)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise self.fail(sub, "missing required key")
-        return cls(**kwargs)
-
-    def convert(self, tp: Any, value: Any, key: str) -> Any:
-        origin = typing.get_origin(tp)
-        args = typing.get_args(tp)
-        if origin in (typing.Union, types.UnionType):
-            if value is None and type(None) in args:
-                return None
-            inner = [a for a in args if a is not type(None)]
-            for i, option in enumerate(inner):  # first type that takes the value, in declared order
-                try:
-                    return self.convert(option, value, key)
-                except SpecError:
-                    if i == len(inner) - 1:
-                        raise
-        if origin is Literal:
-            if value not in args:
-                choices = ", ".join(repr(a) for a in args)
-                raise self.fail(key, f"must be one of {choices}, got {_describe(value)}")
-            return value
-        if origin is tuple:
-            if not isinstance(value, list):
-                raise self.fail(key, f"expected a list, got {_describe(value)}")
-            return tuple(self.convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
-        if origin in (Mapping, dict, typing.Mapping) or (origin is not None and origin.__name__ == "Mapping"):
-            if not isinstance(value, dict):
-                raise self.fail(key, f"expected a mapping, got {_describe(value)}")
-            return types.MappingProxyType(
-                {str(k): self.convert(args[1], v, _join(key, str(k))) for k, v in value.items()}
-            )
-        if dataclasses.is_dataclass(tp):
-            return self.build(tp, value, key)
-        if tp is Path:
-            if not isinstance(value, str) or not value:
-                raise self.fail(key, f"expected a file path, got {_describe(value)}")
-            resolved = (self.base / value).resolve()
-            if not resolved.exists():
-                raise self.fail(key, f"file not found: {value!r} (looked for {resolved})")
-            return resolved
-        if tp is bool:
-            if not isinstance(value, bool):
-                raise self.fail(key, f"expected true or false, got {_describe(value)}")
-            return value
-        if tp is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise self.fail(key, f"expected an integer, got {_describe(value)}")
-            return value
-        if tp is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise self.fail(key, f"expected a number, got {_describe(value)}")
-            return float(value)
-        if tp is str:
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return str(value)
-            if not isinstance(value, str):
-                raise self.fail(key, f"expected text, got {_describe(value)}")
-            return value
-        raise TypeError(f"unsupported field type {tp!r}")  # a bug in the records, not in the YAML
-
-
-def _join(key: str, name: str) -> str:
-    return f"{key}.{name}" if key else name
-
-
-def _validate_lab(spec: LabSpec, path: Path) -> None:
-    def fail(key: str, message: str) -> SpecError:
-        return SpecError(message, path=path, key=key)
-
-    known_baselines = {"reference", *spec.files.baselines}
-    args = spec.launcher.args
-    seen: set[str] = set()
-    for i, arg in enumerate(args):
-        key = f"launcher.args[{i}]"
-        if arg.name in seen:
-            raise fail(f"{key}.name", f"duplicate argument name {arg.name!r}")
-        seen.add(arg.name)
-        if arg.role == "scalar":
-            if arg.ctype is None or not arg.value:
-                raise fail(key, f"scalar argument {arg.name!r} needs 'ctype' and 'value'")
-        elif arg.dtype is None or not arg.shape:
-            raise fail(key, f"array argument {arg.name!r} needs 'dtype' and 'shape'")
-        for j, text in enumerate(arg.shape or ((arg.value,) if arg.value else ())):
-            try:
-                expr.names(text)
-            except expr.ExprError as exc:
-                raise fail(f"{key}.{'shape' if arg.shape else 'value'}", str(exc)) from None
-    if not any(a.role == "output" for a in args):
-        raise fail("launcher.args", "the launcher needs at least one argument with role 'output'")
-
-    def check_params(params: Mapping[str, int], key: str) -> None:
-        for i, arg in enumerate(args):
-            for text in arg.shape or (arg.value,):
-                try:
-                    val = expr.evaluate(text, params)
-                except expr.ExprError as exc:
-                    raise fail(key, f"{exc} (needed by launcher argument {arg.name!r})") from None
-                if arg.shape and val < 0:
-                    raise fail(key, f"shape of {arg.name!r} is negative ({text} = {val})")
-        try:
-            expr.evaluate(spec.tolerance.reduction_length, params)
-        except expr.ExprError as exc:
-            raise fail("tolerance.reduction_length", str(exc)) from None
-
-    if not spec.correctness.cases:
-        raise fail("correctness.cases", "at least one case is needed")
-    ids: set[str] = set()
-    for i, case in enumerate(spec.correctness.cases):
-        check_params(case.params, f"correctness.cases[{i}].params")
-        if case.label in ids:
-            raise fail(f"correctness.cases[{i}]", f"duplicate case {case.label!r}")
-        if case.repeat < 1:
-            raise fail(f"correctness.cases[{i}].repeat", f"must be at least 1, got {case.repeat}")
-        ids.add(case.label)
-    for i, check in enumerate(spec.static):
-        _unique(ids, check.id, fail, f"static[{i}].id")
-    for i, check in enumerate(spec.sanitizers):
-        _unique(ids, check.id, fail, f"sanitizers[{i}].id")
-        check_params(check.params, f"sanitizers[{i}].params")
-        if check.points < 0:
-            raise fail(f"sanitizers[{i}].points", f"points must not be negative, got {check.points}")
-    if spec.benchmark:
-        check_params(spec.benchmark.params, "benchmark.params")
-        for key in ("flops", "bytes"):
-            try:
-                expr.evaluate(getattr(spec.benchmark, key), spec.benchmark.params)
-            except expr.ExprError as exc:
-                raise fail(f"benchmark.{key}", str(exc)) from None
-        for i, check in enumerate(spec.benchmark.checks):
-            _unique(ids, check.id, fail, f"benchmark.checks[{i}].id")
-            _threshold(check, known_baselines, fail, f"benchmark.checks[{i}]")
-    for i, check in enumerate(spec.counters):
-        key = f"counters[{i}]"
-        _unique(ids, check.id, fail, f"{key}.id")
-        check_params(check.params, f"{key}.params")
-        for field_name in ("metric", "per"):
-            text = getattr(check, field_name)
-            for name in split_metrics(text):
-                if not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", name):
-                    raise fail(f"{key}.{field_name}", f"not an Nsight Compute metric name: {name!r}")
-        if not split_metrics(check.metric):
-            raise fail(f"{key}.metric", "a metric name is needed")
-        if check.kind == "reduction" and not check.baseline:
-            raise fail(f"{key}.baseline", "a 'reduction' counter check compares with a baseline: name one")
-        _threshold(check, known_baselines, fail, key)
-
-
-def _unique(ids: set[str], name: str, fail, key: str) -> None:
-    if name in ids:
-        raise fail(key, f"duplicate check id {name!r}")
-    ids.add(name)
-
-
-def _threshold(check: SpeedCheck | CounterCheck, known: set[str], fail, key: str) -> None:
-    if check.baseline and check.baseline not in known:
-        near = difflib.get_close_matches(check.baseline, sorted(known), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise fail(f"{key}.baseline", f"unknown baseline {check.baseline!r} (known: {', '.join(sorted(known))}){hint}")
-    if getattr(check, "kind", "reduction") == "at_most":
-        if check.full > check.zero:
-            raise fail(key, f"an 'at_most' bound needs 'full' ({check.full}) at or below 'zero' ({check.zero})")
-    elif check.full < check.zero:
-        raise fail(key, f"'full' ({check.full}) must not be below 'zero' ({check.zero})")
-    if check.points < 0:
-        raise fail(f"{key}.points", f"points must not be negative, got {check.points}")
+    solutions: tuple[ExpectedSolution, ...] = field(metadata={
+        "doc": "The known solutions; every .cu file under `solutions/correct` and `solutions/wrong`, the "
+               "reference and the stub must be listed."})

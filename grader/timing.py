@@ -1,10 +1,20 @@
-"""Timing statistics and the stopping rule (shared by the worker that samples and the parent)."""
+"""Timing: the statistics, the stopping rule and ``measure()``, which drives the student's worker
+and the trusted baselines' worker sample by sample, interleaved."""
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .build import baseline_library
+from .correctness import launcher_spec
+from .options import secret_seed
+from .runner import TaskResult, WorkerSession
+from .submission import Submission
+from .worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
 
 
 @dataclass(frozen=True)
@@ -64,3 +74,116 @@ def should_stop(
     if elapsed_s >= budget_s:
         return True
     return all(summarize(s).rse <= target_rse for s in samples.values())
+
+
+# A sample whose wall-clock time (call to device-wide synchronize) exceeds its event time by more
+# than this was not finished on the legacy stream when the launcher returned: it is timed by the
+# wall clock instead (work on another stream, or deferred, still counts).
+WALL_SLACK = 1.25
+WALL_MARGIN_MS = 0.05
+#: Slack on top of the trusted baselines' largest call overhead before a student's sample is bounded.
+ROUND_TRIP_SLACK_MS = 0.25
+#: Where the student's worker saves the last timed call's inputs and outputs (in its outbox).
+CLOSING_FOLDER = "timing"
+
+
+def bound_by_round_trips(samples: list[float], trips: list[float], trusted: list[tuple[list[float], list[float]]]) -> int:
+    """Raise each of the student's reported times to at least what the grader's own clock allows.
+
+    The student's worker reports its times and could forge them; the grader timed the round
+    trip of every call. A trusted worker's calls show how much of a round trip is overhead
+    (messages, dispatch): the student's time is at least its round trip less that overhead
+    (its largest, plus slack). Returns how many samples were raised."""
+    overheads = [trip - wall for walls, ts in trusted for wall, trip in zip(walls, ts)]
+    if not overheads:
+        return 0
+    allowance = max(overheads) + ROUND_TRIP_SLACK_MS
+    raised = 0
+    for i, (reported, trip) in enumerate(zip(samples, trips)):
+        floor = trip - allowance
+        if reported < floor:
+            samples[i] = floor
+            raised += 1
+    return raised
+
+
+class SampleFailed(Exception):
+    """A timing task failed in ``who``'s worker (a baseline's, or "student")."""
+
+    def __init__(self, who: str, result: TaskResult):
+        super().__init__(result.reason)
+        self.who, self.result = who, result
+
+
+@dataclass
+class Measurement:
+    """Samples per kernel ("student" and each baseline), in ms, and what the student's worker
+    reported at the end (``closing``: where the last call's inputs and outputs are)."""
+
+    samples: dict[str, list[float]]
+    walls: dict[str, list[float]]
+    trips: dict[str, list[float]]  # the grader's round trip of each timed call
+    device: dict[str, Any] = field(default_factory=dict)
+    closing: Reply = field(default_factory=dict)
+    by_wall: int = 0  # student samples timed by the wall clock
+    by_clock: int = 0  # student samples raised to the grader's round trip
+    noisy: list[str] = field(default_factory=list)
+
+
+def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement:
+    """Time the student's launcher against the lab's baselines, interleaved sample by sample,
+    until the stopping rule is met; raises SampleFailed."""
+    spec = sub.spec
+    bench = spec.benchmark
+    assert bench is not None
+    baselines = sorted({c.baseline for c in bench.checks})
+    seed = secret_seed(sub.secret, spec.id, "timing", bench.seed)
+    libs = {b: str(baseline_library(spec, b, sub.archs, sub.cache_dir)) for b in baselines}
+    owner = {**{b: baselines_worker for b in baselines}, "student": worker}
+    names = [*baselines, "student"]
+    cfg = bench.timing
+    m = Measurement({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
+
+    def call(who: str, task: Task) -> TaskResult:
+        result = owner[who].run(task, sub.time_left(bench.time_limit_s))
+        if result.status != Status.OK.value:
+            raise SampleFailed(who, result)
+        return result
+
+    def opening(libraries: dict[str, str], copy: bool) -> Task:
+        return timing_open(libraries, launcher_spec(spec), dict(bench.params), str(spec.files.problem), seed, copy)
+
+    def take(n: str) -> None:
+        call(n, timing_prepare(n))
+        result = call(n, timing_sample(n))
+        data = result.data
+        late = data["wall_ms"] > data["ms"] * WALL_SLACK + WALL_MARGIN_MS
+        m.samples[n].append(data["wall_ms"] if late else data["ms"])
+        m.walls[n].append(data["wall_ms"])
+        m.trips[n].append(result.seconds * 1e3)
+        m.by_wall += late and n == "student"
+
+    m.device = call(baselines[0], opening(libs, True)).data["device"]
+    call("student", opening({"student": str(sub.library)}, False))
+    for n in names:  # warm up
+        t_end = time.monotonic() + cfg.warmup_s
+        take(n)
+        while time.monotonic() < t_end:
+            take(n)
+    for _ in range(2):  # measured again once if too noisy
+        for n in names:
+            for series in (m.samples, m.walls, m.trips):
+                series[n].clear()
+        m.by_wall = 0
+        t_start = time.monotonic()
+        while not should_stop(m.samples, time.monotonic() - t_start, min_samples=cfg.min_samples,
+                              max_samples=cfg.max_samples, target_rse=cfg.target_rse, budget_s=cfg.budget_s):
+            for n in names:
+                take(n)
+        m.noisy = [n for n in names if summarize(m.samples[n]).cv > cfg.max_cv]
+        if not m.noisy:
+            break
+    m.closing = call("student", timing_close(str(worker.dirs.outbox / CLOSING_FOLDER))).data
+    m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
+                                      [(m.walls[b], m.trips[b]) for b in baselines])
+    return m

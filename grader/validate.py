@@ -12,14 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecError
-from .grade import GradeOptions, LabReport, Progress, no_progress
-from .outcome import Outcome, fmt_points
+from .options import GradeOptions, Progress, no_progress
+from .outcome import LabReport, Outcome, fmt_points
+from .paths import shown
 from .repo import grade_many
-from .spec import ExpectedSolution, LabSpec, load_expected
+from .spec import ExpectedSolution, LabSpec
+from .specload import load_expected
 
 
 @dataclass(frozen=True)
-class Mismatch:
+class VerdictMismatch:
+    """A check whose verdict differs from the one the known solution must get."""
+
     check: str
     got: str
     expected: str
@@ -30,7 +34,7 @@ class Mismatch:
 class SolutionResult:
     solution: ExpectedSolution
     report: LabReport
-    mismatches: tuple[Mismatch, ...]
+    mismatches: tuple[VerdictMismatch, ...]
     problems: tuple[str, ...]  # score bounds missed, checks with no expected verdict
     unchecked: int  # checks skipped on this machine
 
@@ -67,7 +71,7 @@ def judge(solution: ExpectedSolution, report: LabReport) -> SolutionResult:
         elif check.outcome is Outcome.SKIPPED and want != "skipped":
             unchecked += 1
         elif want != "any" and check.outcome.value != want:
-            mismatches.append(Mismatch(check.id, check.outcome.value, want, check.message))
+            mismatches.append(VerdictMismatch(check.id, check.outcome.value, want, check.message))
     if not unchecked:  # score bounds only mean something when every check ran
         if solution.min_score is not None and report.score < solution.min_score:
             problems.append(f"score {fmt_points(report.score)} is below the expected minimum {fmt_points(solution.min_score)}")
@@ -80,16 +84,9 @@ def validate(spec: LabSpec, options: GradeOptions = GradeOptions(), progress: Pr
     """Grade every known solution of a lab and compare each check with its expected verdict."""
     solutions = load_solutions(spec)
     root = spec.root.parent.parent
-    items = [(spec, s.file, _display(s.file, root)) for s in solutions]
+    items = [(spec, s.file, shown(s.file, root)) for s in solutions]
     reports = grade_many(items, options, progress, window=4)
     return [judge(s, r) for s, r in zip(solutions, reports)]
-
-
-def _display(path: Path, root: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        return str(path)
 
 
 def render(spec: LabSpec, results: list[SolutionResult]) -> str:

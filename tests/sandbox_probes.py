@@ -148,7 +148,7 @@ def probe_trusted_import(work: Path) -> dict:
     cmd, env = trusted.command(worker_command("--no-such-mode"), dirs)
     done = subprocess.run(cmd, env={**env, "PYTHONPATH": str(dirs.outbox)}, cwd=dirs.outbox, capture_output=True,
                           text=True, timeout=120, stdin=subprocess.DEVNULL)
-    seen = {"ours": "usage: python -m grader.worker" in done.stderr, "returncode": done.returncode,
+    seen = {"ours": "usage: grader.worker.main" in done.stderr, "returncode": done.returncode,
             "planted ran": marker.exists()}
     # the control: how a trusted run used to start
     old = subprocess.run([sys.executable, "-m", "grader.worker", "--no-such-mode"], env={**env, "PYTHONPATH": str(dirs.outbox)},

@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from grader.compile import BuildResult, build, parse_ptxas, student_log, summarize_errors
-from grader.errors import GraderError
-from grader.grade import GradeOptions, grade
-from grader.outcome import Outcome
-from grader.spec import load_lab
 from cuda_sources import LOCAL_ARRAY
+
+from grader.build import BuildResult, build, parse_ptxas, student_log, summarize_errors
+from grader.errors import GraderError
+from grader.grade import grade
+from grader.options import GradeOptions
+from grader.outcome import Outcome
+from grader.specload import load_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "labs" / "tiled_matmul"

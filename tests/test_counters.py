@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grader import counters
-from grader.grade import _Profiles
+from grader.counters import Profiles
 from grader.labs import find_lab
 from grader.runner import ToolRun
 from grader.spec import CounterCheck
@@ -87,7 +87,7 @@ def test_counter_checks_on_one_case_share_one_run_with_all_their_metrics():
     a = _check("a", "m1.sum", 31, per="m2.sum")
     b = _check("b", "m3.sum + m1.sum", 31)
     c = _check("c", "m4.sum", 32)
-    profiles = _Profiles((a, b, c))
+    profiles = Profiles((a, b, c))
     asked = []
 
     def profile(metrics):
@@ -105,7 +105,7 @@ def test_counter_checks_on_one_case_share_one_run_with_all_their_metrics():
 def test_each_lab_profiles_its_counter_checks_in_one_run(lab):
     spec = find_lab(lab)
     assert len(spec.counters) == 2
-    assert len({_Profiles.case(check) for check in spec.counters}) == 1
+    assert len({Profiles.case(check) for check in spec.counters}) == 1
 
 
 @pytest.mark.parametrize("run,reason", [

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.grade import GradeOptions, grade
+from grader.grade import grade
 from grader.labs import find_lab, lab_ids
+from grader.options import GradeOptions
 from grader.outcome import Outcome
 from grader.report import data as json_report
 from grader.validate import render, validate
@@ -111,8 +112,8 @@ def test_a_repo_with_one_hanging_lab_grades_the_others_in_full(tmp_path):
     killed, and the JUnit report holds every lab."""
     from junitparser import Error, JUnitXml
 
-    from grader.report import junit
     from grader.repo import grade_repo, submission_path
+    from grader.report import junit
 
     hanging = ROOT / "tests" / "hostile" / "tiled_matmul" / "host_infinite_loop.cu"
     for lab_id in lab_ids():

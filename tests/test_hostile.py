@@ -15,14 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from grader import compile as nvcc
+from grader import build as nvcc
 from grader import sandbox as sandboxing
-from grader.grade import GradeOptions, grade
+from grader.grade import grade
 from grader.labs import PROJECT_ROOT, find_lab
+from grader.options import GradeOptions
 from grader.outcome import Outcome
 from grader.repo import grade_many
 from grader.runner import Isolation, RunDirs, run_under_tool
-from grader.spec import ExpectedSolution, load_expected
+from grader.spec import ExpectedSolution
+from grader.specload import load_expected
 from grader.textutil import CappedOutput
 from grader.validate import judge
 
@@ -131,7 +133,7 @@ attempt("connect", lambda: socket.create_connection(("127.0.0.1", {classroom.lis
 def test_worker_seccomp_allows_threads_but_no_processes():
     code = """
 import os, subprocess, threading
-from grader.worker import forbid_new_processes
+from grader.worker.confine import forbid_new_processes
 assert forbid_new_processes()
 ran = []
 t = threading.Thread(target=lambda: ran.append(1)); t.start(); t.join()

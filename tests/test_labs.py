@@ -10,11 +10,12 @@ import pytest
 
 from grader import readme
 from grader.errors import SpecError
-from grader.grade import GradeOptions, LabGrading
+from grader.grade import LabGrading
 from grader.labs import find_lab, lab_ids
+from grader.options import GradeOptions
 from grader.outcome import Outcome
 from grader.repo import grade_many
-from grader.spec import load_lab
+from grader.specload import load_lab
 from grader.validate import judge, load_solutions, render, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,11 +112,11 @@ def test_a_grader_bug_in_a_background_run_becomes_errors_on_its_checks(monkeypat
 
     from grader.outcome import Stage
 
-    results = grading._timed(Stage.SANITIZER, broken)
+    results = grading._guarded(Stage.SANITIZER, broken)
     assert [c.id for c in results] == [s.id for s in spec.sanitizers]
     assert all(c.outcome is Outcome.ERROR and "simulated profiler bug" in c.message for c in results)
     assert "simulated profiler bug" in (tmp_path / "internal-errors.log").read_text()
-    assert grading.clock.seconds["sanitizers"] >= 0
+    assert grading.clock.seconds["sanitizer"] >= 0
 
 
 def test_the_histogram_case_below_a_is_that_byte_whatever_the_secret_seed():

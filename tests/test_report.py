@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
-from grader.check import compare
-from grader.compile import KernelResources
-from grader.grade import LabReport
-from grader.outcome import CheckResult, Outcome, Stage, fmt_points, partial_credit
+from grader.build import KernelResources
+from grader.compare import compare
+from grader.outcome import CheckResult, LabReport, Outcome, Stage, fmt_points, partial_credit
 from grader.report import data as json_report
 from grader.report import junit, text
 from grader.report.junit import MAX_DETAIL_LINES

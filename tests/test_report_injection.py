@@ -15,9 +15,8 @@ from html.parser import HTMLParser
 import pytest
 from junitparser import Error, Failure, JUnitXml
 
-from grader.compile import KernelResources
-from grader.grade import LabReport
-from grader.outcome import CheckResult, Outcome, Stage
+from grader.build import KernelResources
+from grader.outcome import CheckResult, LabReport, Outcome, Stage
 from grader.report import junit, text
 from grader.textutil import cap_lines, clean, clean_line, markdown_code, markdown_fence, neutralize_commands, one_line
 

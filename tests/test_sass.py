@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cuda_sources import LOCAL_ARRAY
 
 from grader import sass
-from grader.compile import build
-from cuda_sources import LOCAL_ARRAY
+from grader.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = ROOT / "labs" / "tiled_matmul" / "interface.h"

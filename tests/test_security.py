@@ -18,16 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from grader import compile as nvcc
+from grader import build as nvcc
 from grader import sandbox as sandboxing
 from grader.cli import main as cli_main
 from grader.errors import GraderError
-from grader.grade import GradeOptions, _bound_by_round_trips, grade
+from grader.grade import grade
 from grader.labs import PROJECT_ROOT, find_lab
+from grader.options import GradeOptions
 from grader.outcome import Outcome
 from grader.runner import worker_env
 from grader.safeio import SOURCE_LIMIT_BYTES, read_beneath, read_file
-from grader.worker import landlock_abi
+from grader.timing import bound_by_round_trips
+from grader.worker.confine import landlock_abi
 
 PROBES = Path(__file__).with_name("sandbox_probes.py")
 SANDBOX = sandboxing.detect()
@@ -341,7 +343,7 @@ def test_the_worker_environment_is_allow_listed(monkeypatch):
 
 def test_a_worker_closes_the_profilers_log_pipe_before_student_code_runs():
     read_end, write_end = os.pipe()
-    code = ("import os, sys\nsys.path.insert(0, sys.argv[1])\nfrom grader.worker import close_tool_log\nclose_tool_log()\n"
+    code = ("import os, sys\nsys.path.insert(0, sys.argv[1])\nfrom grader.worker.confine import close_tool_log\nclose_tool_log()\n"
             f"try:\n    os.write({write_end}, b'FORGED ROW\\n')\n    print('WROTE')\nexcept OSError as exc:\n    print(exc.errno)\n")
     env = {**os.environ, "GRADER_CLOSE_FD": f"{write_end}:{os.fstat(write_end).st_ino}"}
     done = subprocess.run([sys.executable, "-I", "-c", code, str(PROJECT_ROOT)], env=env, pass_fds=(write_end,),
@@ -356,7 +358,7 @@ def test_a_worker_closes_the_profilers_log_pipe_before_student_code_runs():
 def test_in_its_landlock_domain_a_worker_cannot_open_the_profilers_files():
     """/proc/PID/fd of the process that watches it (its log pipe) and /proc/PID/mem are out of reach."""
     read_end, write_end = os.pipe()
-    code = ("import os, sys\nsys.path.insert(0, sys.argv[1])\nfrom grader.worker import enter_landlock_domain\n"
+    code = ("import os, sys\nsys.path.insert(0, sys.argv[1])\nfrom grader.worker.confine import enter_landlock_domain\n"
             "print(enter_landlock_domain() if sys.argv[2] == 'confined' else 'open')\n"
             "for path in (f'/proc/{os.getppid()}/fd/' + sys.argv[3], f'/proc/{os.getppid()}/mem'):\n"
             "    try:\n        os.close(os.open(path, os.O_WRONLY))\n        print('OPENED')\n"
@@ -375,9 +377,9 @@ def test_a_student_time_below_the_graders_round_trip_is_raised_to_it():
     # trusted calls: round trips exceed their wall times by at most 0.2 ms
     trusted = [([5.0, 5.1, 4.9], [5.15, 5.3, 5.05])]
     honest = [2.0, 2.1]
-    assert _bound_by_round_trips(honest, [2.2, 2.3], trusted) == 0 and honest == [2.0, 2.1]
+    assert bound_by_round_trips(honest, [2.2, 2.3], trusted) == 0 and honest == [2.0, 2.1]
     forged = [0.001, 2.0]
-    assert _bound_by_round_trips(forged, [2.2, 2.3], trusted) == 1
+    assert bound_by_round_trips(forged, [2.2, 2.3], trusted) == 1
     assert forged[0] == pytest.approx(2.2 - 0.2 - 0.25) and forged[1] == 2.0
 
 
@@ -415,7 +417,7 @@ def test_the_installed_command_ignores_a_grader_package_in_the_current_folder(tm
 
 
 def test_landlock_and_seccomp_leave_the_process_working():
-    code = ("import sys\nsys.path.insert(0, sys.argv[1])\nfrom grader.worker import confine\nconfine()\n"
+    code = ("import sys\nsys.path.insert(0, sys.argv[1])\nfrom grader.worker.confine import confine\nconfine()\n"
             "import threading\nt = threading.Thread(target=print, args=('thread ok',)); t.start(); t.join()\n"
             "print(open('/proc/self/status').read().count('\\n') > 5)\n")
     done = subprocess.run([sys.executable, "-I", "-c", code, str(PROJECT_ROOT)], capture_output=True, text=True, timeout=60)
@@ -429,7 +431,7 @@ def test_landlock_and_seccomp_leave_the_process_working():
 def test_placement_checks_judge_only_the_kernels_that_ran(tmp_path):
     """A decoy kernel with a __constant__ mask and a shared tile, never launched, earns nothing once
     the kernels that ran are known (the GPU run records them); without that record it would."""
-    from grader.grade import _static_checks
+    from grader.sass import static_checks
 
     spec = find_lab("memory_types")
     decoy = spec.root / "solutions" / "wrong" / "unlaunched_decoy.cu"
@@ -439,9 +441,9 @@ def test_placement_checks_judge_only_the_kernels_that_ran(tmp_path):
     ran = {n for n in names if n.startswith("conv1d_global")}
     assert len(names) == 2 and len(ran) == 1, names
     wanted = ("mask_in_constant_memory", "input_tile_in_shared_memory")
-    whole_file = {c.id: c for c in _static_checks(spec, build.library)}
+    whole_file = {c.id: c for c in static_checks(spec, build.library)}
     assert all(whole_file[w].outcome is Outcome.PASS for w in wanted), "the control: the decoy fools a file-wide check"
-    judged = {c.id: c for c in _static_checks(spec, build.library, build.kernels, ran)}
+    judged = {c.id: c for c in static_checks(spec, build.library, build.kernels, ran)}
     for w in wanted:
         assert judged[w].outcome is Outcome.FAIL and "judged on the kernels that ran: conv1d_global(" in judged[w].message
     assert judged["no_local_memory"].outcome is Outcome.PASS

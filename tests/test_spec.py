@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import expr
 from grader.errors import GraderError, SpecError
-from grader.spec import ExpectedSolution, LabSpec, load_expected, load_lab
+from grader.spec import ExpectedSolution, LabSpec
+from grader.specload import load_expected, load_lab
+from grader.worker import expr
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB_DIR = ROOT / "labs" / "tiled_matmul"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Iterable
+from typing import Any, Iterable
 
-from ..grade import LabReport
+from ..outcome import LabReport
 
 
-def as_dict(report: LabReport) -> dict:
+def as_dict(report: LabReport) -> dict[str, Any]:
     return {
         "lab": report.lab,
         "title": report.title,

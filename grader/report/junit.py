@@ -7,14 +7,13 @@ from typing import Iterable
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-from ..grade import LabReport
-from ..outcome import CheckResult, Outcome, fmt_points
+from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..textutil import cap_lines, clean, clean_line, one_line
 
 MAX_DETAIL_LINES = 60
 
 
-def _result(check: CheckResult):
+def _result(check: CheckResult) -> Failure | Error | Skipped | None:
     """The one place where outcomes become JUnit elements."""
     message = clean_line(check.message)
     if check.outcome is Outcome.FAIL:
@@ -47,7 +46,7 @@ def suite(report: LabReport) -> TestSuite:
         elif check.details:
             case.system_out = cap_lines(clean(check.details), MAX_DETAIL_LINES)
         s.add_testcase(case)
-    s.update_statistics()
+    s.update_statistics()  # type: ignore[no-untyped-call]
     return s
 
 
@@ -55,6 +54,6 @@ def write(reports: Iterable[LabReport], path: Path) -> None:
     xml = JUnitXml("cuda-lab-grader")
     for r in reports:
         xml.add_testsuite(suite(r))
-    xml.update_statistics()
+    xml.update_statistics()  # type: ignore[no-untyped-call]
     path.parent.mkdir(parents=True, exist_ok=True)
     xml.write(str(path), pretty=True)

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable
+from typing import Iterable, TextIO
 
-from ..grade import LabReport
-from ..outcome import Outcome, fmt_points
-from ..textutil import (cap_lines, clean, clean_line, html_text, markdown_code, markdown_fence, markdown_text,
-                        neutralize_commands, one_line)
+from ..outcome import LabReport, Outcome, fmt_points
+from ..textutil import (
+    cap_lines,
+    clean,
+    clean_line,
+    html_text,
+    markdown_code,
+    markdown_fence,
+    markdown_text,
+    neutralize_commands,
+    one_line,
+)
 
 _COLORS = {Outcome.PASS: "32", Outcome.FAIL: "31", Outcome.ERROR: "31;1", Outcome.SKIPPED: "33"}
 MARKDOWN_LIMIT = 1 << 20  # GitHub's job summary limit
 
 
-def _use_color(stream) -> bool:
+def _use_color(stream: TextIO) -> bool:
     return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR")
 
 
@@ -26,7 +34,7 @@ def score_line(r: LabReport) -> str:
     return line
 
 
-def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -> str:
+def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose: bool = False) -> str:
     reports = list(reports)
     stream = stream or sys.stdout
     color = _use_color(stream)
@@ -61,8 +69,8 @@ def terminal(reports: Iterable[LabReport], stream=None, verbose: bool = False) -
         out.append(f"  {score_line(r)}")
     if len(reports) > 1:
         total, total_max = sum(r.score for r in reports), sum(r.max_score for r in reports)
-        skipped = sum(r.skipped_points for r in reports)
-        note = f" ({fmt_points(skipped)} points not checked here)" if skipped else ""
+        not_here = sum(r.skipped_points for r in reports)
+        note = f" ({fmt_points(not_here)} points not checked here)" if not_here else ""
         out.append(f"== total over {len(reports)} labs: {fmt_points(total)}/{fmt_points(total_max)}{note}")
     # Student text is in many of these lines: none may become a GitHub workflow command.
     return neutralize_commands("\n".join(out) + "\n")
@@ -94,11 +102,14 @@ def markdown(reports: list[LabReport]) -> str:
         if r.timings:
             lines += ["", "| Kernel | Median ms | Min ms | CV % | n | GFLOP/s | % FP32 peak |", "|---|---|---|---|---|---|---|"]
             for lib, row in r.timings.items():
-                lines.append(f"| {lib} | {row['median_ms']:.4f} | {row['min_ms']:.4f} | {row['cv_pct']} | {row['n']} | {row.get('gflops', '')} | {row.get('pct_fp32_peak', '')} |")
+                lines.append(f"| {lib} | {row['median_ms']:.4f} | {row['min_ms']:.4f} | {row['cv_pct']} | {row['n']} "
+                             f"| {row.get('gflops', '')} | {row.get('pct_fp32_peak', '')} |")
         if r.kernels:
             lines += ["", "| Kernel | Registers | Shared B | Stack B | Spill B |", "|---|---|---|---|---|"]
             for k in r.kernels:
-                lines.append(f"| {markdown_code(one_line(k.name), in_table=True)} | {k.registers} | {k.smem_bytes} | {k.stack_bytes} | {k.spill_store_bytes + k.spill_load_bytes} |")
+                name = markdown_code(one_line(k.name), in_table=True)
+                spills = k.spill_store_bytes + k.spill_load_bytes
+                lines.append(f"| {name} | {k.registers} | {k.smem_bytes} | {k.stack_bytes} | {spills} |")
         env = ", ".join(f"{k}: {v}" for k, v in r.environment.items() if not k.startswith(("health.", "device.")))
         lines += ["", f"<sub>{_cell(env)}</sub>", ""]
     text = "\n".join(lines)

@@ -52,6 +52,8 @@ def _parse(expr: str) -> ast.Expression:
 
 def _eval(node: ast.AST, params: Mapping[str, object], expr: str) -> int | float:
     if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool) or not isinstance(node.value, (int, float)):
+            raise ExprError(f"not a number: {node.value!r} in {expr!r}")
         return node.value
     if isinstance(node, ast.Name):
         if node.id not in params:
@@ -64,5 +66,6 @@ def _eval(node: ast.AST, params: Mapping[str, object], expr: str) -> int | float
         val = _eval(node.operand, params, expr)
         return -val if isinstance(node.op, ast.USub) else val
     if isinstance(node, ast.BinOp):
-        return _BINOPS[type(node.op)](_eval(node.left, params, expr), _eval(node.right, params, expr))
+        result: int | float = _BINOPS[type(node.op)](_eval(node.left, params, expr), _eval(node.right, params, expr))
+        return result
     raise ExprError(f"unsupported expression: {expr!r}")

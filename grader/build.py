@@ -13,13 +13,16 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import toolchain
 from .errors import GraderError
+from .outcome import KernelResources
 from .paths import default_cache_dir
 from .procgroup import kill_group, pump
 from .safeio import SOURCE_LIMIT_BYTES, read_file
 from .sandbox import Sandbox, confined_env
+from .spec import LabSpec
 from .textutil import CappedOutput, cap_lines, clean
 
 SUPPORT_SOURCE = Path(__file__).parent / "cuda" / "support.cu"
@@ -38,20 +41,6 @@ COMPILE_OUTPUT_TAIL_BYTES = 32 << 10
 WRAPPED_LAUNCHES = ("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz",
                     "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz", "cudaLaunchKernelExC",
                     "cudaLaunchKernelExC_ptsz")
-
-
-@dataclass(frozen=True)
-class KernelResources:
-    """What ptxas reports for one kernel."""
-
-    name: str
-    registers: int = 0
-    barriers: int = 0
-    smem_bytes: int = 0
-    stack_bytes: int = 0
-    spill_store_bytes: int = 0
-    spill_load_bytes: int = 0
-    cmem_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -224,7 +213,7 @@ def _read_source(source: Path) -> bytes:
     return data
 
 
-def _result_from_meta(folder: Path, meta: dict, *, cached: bool, seconds: float) -> BuildResult:
+def _result_from_meta(folder: Path, meta: dict[str, Any], *, cached: bool, seconds: float) -> BuildResult:
     lib = folder / "lib.so"
     return BuildResult(
         ok=bool(meta["ok"]),
@@ -248,7 +237,7 @@ _CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
 
 def parse_ptxas(output: str, arch: str | None) -> tuple[KernelResources, ...]:
     """Per-kernel resources from ``-Xptxas -v`` output, for one arch (the graded one)."""
-    found: dict[str, dict] = {}
+    found: dict[str, dict[str, Any]] = {}
     current: str | None = None
     entry: str | None = None  # the entry function being compiled for the graded arch
     for line in output.splitlines():
@@ -311,7 +300,7 @@ def student_log(output: str, max_lines: int = 60) -> str:
 def summarize_errors(output: str, display: str) -> str:
     """One line naming the first error and where it is."""
     log = student_log(output, max_lines=10_000)
-    errors = [l for l in log.splitlines() if re.search(r":\d+:(\d+:)? (catastrophic error|fatal error|error)", l)]
+    errors = [line for line in log.splitlines() if re.search(r":\d+:(\d+:)? (catastrophic error|fatal error|error)", line)]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return f"compile error: {errors[0].strip()}{more}"
@@ -329,5 +318,26 @@ def summarize_errors(output: str, display: str) -> str:
             f"link error: {display} defines `{twice.group(1)}`, which the CUDA runtime already defines "
             "(give your function another name)"
         )
-    tail = [l for l in log.splitlines() if l.strip()]
+    tail = [line for line in log.splitlines() if line.strip()]
     return "compile failed: " + (tail[-1].strip() if tail else "nvcc exited with an error and printed nothing")
+
+
+def lab_build(spec: LabSpec, source: Path, archs: tuple[str, ...], cache_dir: Path | None = None,
+              display_name: str | None = None, sandbox: Sandbox | None = None) -> BuildResult:
+    """Any build for a lab: its header, flags and time limit, and its launcher required.
+
+    Students' files compile in the ``sandbox``; the course's own baselines do not need it.
+    """
+    return build(
+        source, spec.files.header, archs, flags=spec.compile.flags, cache_dir=cache_dir,
+        time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,), display_name=display_name,
+        sandbox=sandbox,
+    )
+
+
+def baseline_library(spec: LabSpec, name: str, archs: tuple[str, ...], cache_dir: Path | None = None) -> Path:
+    """The shared object of one of the lab's baselines (``reference``, ``naive``, ...)."""
+    result = lab_build(spec, spec.baseline_source(name), archs, cache_dir)
+    if not result.ok or result.library is None:
+        raise RuntimeError(f"baseline {name!r} of lab {spec.id} does not compile: {result.message}")
+    return result.library

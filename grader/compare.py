@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
-from . import expr
 from .spec import Tolerance
+from .worker import expr
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def compare(
     got: np.ndarray,
     expected: np.ndarray,
     tol: Tolerance,
-    params: Mapping[str, int],
+    params: Mapping[str, int | str],
     max_shown: int = 5,
 ) -> Comparison:
     total = int(expected.size)
@@ -89,5 +89,5 @@ def compare(
     return Comparison(name, False, wrong, total, first, max_err, summary)
 
 
-def _scalar(x) -> float:
+def _scalar(x: Any) -> float:
     return float(x) if np.asarray(x).dtype.kind == "f" else int(x)

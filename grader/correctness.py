@@ -1,0 +1,136 @@
+"""Correctness cases: inputs from the lab's generator, one worker call per run, outputs compared
+with the lab's fp64 oracle in the grader (the worker never sees the expected results)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping
+
+import numpy as np
+
+from .build import demangle
+from .compare import compare
+from .options import secret_seed
+from .outcome import CheckResult, Outcome, Stage
+from .runner import RunDirs, TaskResult, WorkerSession
+from .safeio import load_npy
+from .spec import Case, CounterCheck, LabSpec, SanitizerCheck
+from .submission import Submission
+from .worker.protocol import ArgSpec, LauncherSpec, Status, Task, case_task
+
+
+def launcher_spec(spec: LabSpec) -> LauncherSpec:
+    """The launcher as the worker needs it to build buffers and call it."""
+    return LauncherSpec(name=spec.launcher.name, args=[
+        ArgSpec(name=a.name, role=a.role, dtype=a.dtype or "", shape=list(a.shape), init=a.init, ctype=a.ctype or "",
+                value=a.value, host=a.host)
+        for a in spec.launcher.args
+    ])
+
+
+def write_inputs(spec: LabSpec, problem: ModuleType, params: Mapping[str, Any], seed: int,
+                 folder: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Generate a case's inputs into ``folder`` (one only the grader writes): (arrays, .npy paths)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = problem.generate(dict(params), seed, np)
+    paths = {}
+    for arg in spec.launcher.args:
+        if arg.role == "input":
+            path = folder / f"{arg.name}.npy"
+            np.save(path, inputs[arg.name])
+            paths[arg.name] = str(path)
+    return inputs, paths
+
+
+CUDA_ERROR_HINTS = (
+    (("InvalidConfiguration", "InvalidValue", "LaunchOutOfResources"),
+     "check the launch configuration: at most 1024 threads per block, every grid dimension at least 1, "
+     "shared memory within the device's limit"),
+    (("IllegalAddress", "MisalignedAddress"), "a kernel read or wrote outside its buffers: check the index arithmetic and bounds"),
+)
+
+
+def failure_from_task(result: TaskResult, cid: str, stage: Stage, points: float) -> CheckResult:
+    """A non-ok worker result as a check: errors for crashes, hangs and CUDA errors."""
+    if result.status == Status.CUDA_ERROR.value:
+        msg = f"CUDA error: {result.reason}"
+        for names, hint in CUDA_ERROR_HINTS:
+            if any(n in result.reason for n in names):
+                msg += f" ({hint})"
+                break
+    elif result.status == Status.WORKER_ERROR.value:
+        msg = "internal grader error while running your code (see the log)"
+    elif result.status == Status.OUT_OF_MEMORY.value:
+        msg = f"{result.reason}; the next case runs in a fresh process"
+    else:
+        msg = result.reason
+    details = result.reason if result.status == Status.WORKER_ERROR.value else ""
+    if result.log_tail:
+        details = (details + "\n" if details else "") + "output of your program:\n" + result.log_tail
+    return CheckResult(cid, stage, Outcome.ERROR, 0, points, msg, details, {"status": result.status}, result.seconds)
+
+
+def output_limit(want: np.ndarray) -> int:
+    """The most an output file of ``want``'s shape may hold (the .npy header included)."""
+    return int(want.nbytes) + (64 << 10)
+
+
+def grade_case(sub: Submission, worker: WorkerSession, case: Case, folder: str) -> CheckResult:
+    """Run a case ``repeat`` times on the same inputs; the first wrong run decides."""
+    spec = sub.spec
+    cid = f"correctness[{case.label}]"
+    seed = secret_seed(sub.secret, spec.id, cid, case.seed)
+    inputs, paths = write_inputs(spec, sub.problem, case.params, seed, worker.dirs.inbox / folder)
+    expected = sub.problem.expected(inputs, dict(case.params))
+    max_err, seconds, wrong_runs = 0.0, 0.0, 0
+    first_wrong: tuple[list[str], list[str]] | None = None
+    launched: set[str] | None = set()
+    for _ in range(case.repeat):
+        task = case_task(str(sub.library), launcher_spec(spec), dict(case.params), paths,
+                         str(worker.dirs.outbox / folder), guard=spec.correctness.guard_elements)
+        result = worker.run(task, sub.time_left(spec.correctness.time_limit_s))
+        if result.status != Status.OK.value:
+            return failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
+        names = result.data.get("kernels_launched")
+        if launched is not None and isinstance(names, list):
+            launched.update(demangle(str(n)) for n in names)
+        else:
+            launched = None
+        seconds += result.seconds
+        problems, details = [], []
+        for name, (before, after) in result.data.get("guard_violations", {}).items():
+            problems.append(f"wrote outside {name}: {before} bytes changed before it, {after} after it")
+        for name in result.data.get("inputs_modified", []):
+            problems.append(f"modified its input {name} (inputs must be left unchanged)")
+        for out, want in expected.items():
+            got = load_npy(worker.dirs.outbox, f"{folder}/{out}.npy", output_limit(want))
+            cmp = compare(out, got, want, spec.tolerance, case.params, spec.correctness.max_mismatches_shown)
+            max_err = max(max_err, cmp.max_abs_error)
+            if not cmp.ok:
+                problems.append(cmp.summary)
+                details.append(cmp.details())
+        if problems:
+            wrong_runs += 1
+            first_wrong = first_wrong or (problems, details)
+    measured = {"max_abs_error": max_err, "seconds": round(seconds, 6), "runs": case.repeat, "wrong_runs": wrong_runs,
+                "kernels_launched": sorted(launched) if launched is not None else "unknown"}
+    if first_wrong:
+        problems, details = first_wrong
+        message = "; ".join(problems)
+        if case.repeat > 1:
+            message = f"wrong on {wrong_runs} of {case.repeat} runs of the same input (a race?); first: {message}"
+        return CheckResult(cid, Stage.CORRECTNESS, Outcome.FAIL, 0, case.points, message, "\n".join(details), measured, seconds)
+    runs = f", {case.repeat} runs" if case.repeat > 1 else ""
+    return CheckResult(
+        cid, Stage.CORRECTNESS, Outcome.PASS, case.points, case.points,
+        f"correct (largest error {max_err:.2g}{runs})", "", measured, seconds,
+    )
+
+
+def tool_task(sub: Submission, check: SanitizerCheck | CounterCheck, dirs: RunDirs, library: Path | None = None) -> Task:
+    """The one-launch case task a sanitizer or profiler runs (of ``library``, by default the
+    student's), its inputs written to the inbox."""
+    _, paths = write_inputs(sub.spec, sub.problem, check.params, check.seed, dirs.inbox)
+    return case_task(str(library or sub.library), launcher_spec(sub.spec), dict(check.params), paths, str(dirs.outbox),
+                     memcpy_only=True)

@@ -1,0 +1,67 @@
+"""How a grading run is configured: options, the secret behind graded inputs, sandbox, GPU, archs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import gpu
+from . import sandbox as sandboxing
+
+
+def default_archs() -> tuple[str, ...]:
+    """Archs to build for when there is no GPU to ask: ``GRADER_ARCHS`` (comma-separated) or sm_90."""
+    return tuple(a.strip() for a in os.environ.get("GRADER_ARCHS", "sm_90").split(",") if a.strip())
+
+#: Where progress messages go (one line each).
+Progress = Callable[[str], None]
+
+
+def no_progress(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    archs: tuple[str, ...] | None = None  # default: the GPU's, else default_archs()
+    cache_dir: Path | None = None
+    timing: bool = True
+    counters: bool = True
+    gpu: bool = True  # False: run only the checks that need no GPU
+    keep_work: Path | None = None  # keep worker files under this folder
+    sandbox: bool = True  # run compile and run steps in bubblewrap where it is installed
+    submission_limit_s: float = 600.0  # all of one submission's grading, compile to counters
+    secret: str | None = None  # seeds the graded inputs; default: $GRADER_SECRET, else new per run
+
+
+#: Graded inputs come from this secret unless one is given: never written where the worker can read.
+_RUN_SECRET = os.urandom(16).hex()
+
+
+def secret_of(options: GradeOptions) -> str:
+    """The secret behind graded inputs: the option, else $GRADER_SECRET, else new for this run."""
+    return options.secret or os.environ.get("GRADER_SECRET") or _RUN_SECRET
+
+
+def secret_seed(secret: str, lab: str, what: str, seed: int) -> int:
+    """The seed actually used for a graded input: the YAML seed mixed with the run's secret.
+
+    Students know the YAML seeds; they cannot know the secret, so outputs cannot be precomputed.
+    """
+    digest = hashlib.sha256(f"{secret}|{lab}|{what}|{seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def sandbox_for(options: GradeOptions) -> sandboxing.Sandbox:
+    return sandboxing.detect() if options.sandbox else sandboxing.Sandbox(None, reason="turned off (--no-sandbox)")
+
+
+def probe_for(options: GradeOptions) -> gpu.GpuProbe:
+    return gpu.probe() if options.gpu else gpu.GpuProbe(None, "GPU checks turned off (--no-gpu)")
+
+
+def archs_for(options: GradeOptions, probe: gpu.GpuProbe) -> tuple[str, ...]:
+    return options.archs or ((probe.gpu.arch,) if probe.gpu else default_archs())

@@ -1,0 +1,302 @@
+"""Loading lab.yaml and expected.yaml into the records of ``spec``, and validating them.
+
+Every error names the file, the key path and the offending value; unknown keys get a
+"did you mean" suggestion. The keys a record accepts are its fields (``yaml_fields``), read in
+declaration order; ``records`` walks the same types the loader does, for the lab.yaml reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, Mapping
+
+import yaml
+
+from .errors import SpecError
+from .spec import CounterCheck, ExpectedSolutions, LabSpec, ParamValue, SpeedCheck, split_metrics
+from .worker import expr
+
+__all__ = ["load_lab", "load_expected", "yaml_fields", "records"]
+
+
+def load_lab(path: Path | str) -> LabSpec:
+    """Load and validate ``labs/<id>/lab.yaml`` (or the lab folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "lab.yaml"
+    data = _read_yaml(path)
+    spec: LabSpec = _Loader(path).build(LabSpec, data, "")
+    spec = dataclasses.replace(spec, root=path.parent.resolve(), source=path)
+    _validate_lab(spec, path)
+    return spec
+
+
+def load_expected(path: Path | str) -> ExpectedSolutions:
+    path = Path(path)
+    expected: ExpectedSolutions = _Loader(path).build(ExpectedSolutions, _read_yaml(path), "")
+    return expected
+
+
+def yaml_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    """The keys a record accepts, in the order the loader reads them (fields marked ``yaml: False`` are not keys)."""
+    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
+
+
+def records(cls: type, key: str = "") -> list[tuple[str, type]]:
+    """Every record the loader builds from ``cls`` down, with its key path, depth first in reading order.
+
+    List entries end in ``[]`` (``correctness.cases[]``); the top level is ``""``.
+    """
+    out = [(key, cls)]
+    hints = typing.get_type_hints(cls)
+    for name in yaml_fields(cls):
+        for sub, record in _nested(hints[name], _join(key, name)):
+            out += records(record, sub)
+    return out
+
+
+def _nested(tp: Any, key: str) -> Iterator[tuple[str, type]]:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            yield from _nested(option, key)
+    elif origin is tuple:
+        yield from _nested(args[0], f"{key}[]")
+    elif _is_mapping(origin):
+        yield from _nested(args[1], f"{key}.<name>")
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        yield key, tp
+
+
+def _is_mapping(origin: Any) -> bool:
+    return origin in (Mapping, dict, typing.Mapping) or (origin is not None and origin.__name__ == "Mapping")
+
+
+def _read_yaml(path: Path) -> Any:
+    if not path.exists():
+        raise SpecError("file not found", path=path)
+    if path.is_dir():
+        raise SpecError("is a directory, expected a YAML file", path=path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"malformed YAML: {where}{problem}", path=path) from None
+    if not isinstance(data, dict):
+        raise SpecError(f"expected a mapping at the top level, got {_describe(data)}", path=path)
+    return data
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+class _Loader:
+    def __init__(self, path: Path):
+        self.path = path
+        self.base = path.parent
+
+    def fail(self, key: str, message: str) -> SpecError:
+        return SpecError(message, path=self.path, key=key or "(top level)")
+
+    def build(self, cls: type, data: Any, key: str) -> Any:
+        if not isinstance(data, dict):
+            raise self.fail(key, f"expected a mapping, got {_describe(data)}")
+        hints = typing.get_type_hints(cls)
+        fields = yaml_fields(cls)
+        for name in data:
+            if name not in fields:
+                near = difflib.get_close_matches(str(name), list(fields), n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(fields)}"
+                raise self.fail(_join(key, str(name)), f"unknown key{hint}")
+        kwargs = {}
+        for name, f in fields.items():
+            sub = _join(key, name)
+            if name in data:
+                kwargs[name] = self.convert(hints[name], data[name], sub)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise self.fail(sub, "missing required key")
+        return cls(**kwargs)
+
+    def convert(self, tp: Any, value: Any, key: str) -> Any:
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin in (typing.Union, types.UnionType):
+            if value is None and type(None) in args:
+                return None
+            inner = [a for a in args if a is not type(None)]
+            for i, option in enumerate(inner):  # first type that takes the value, in declared order
+                try:
+                    return self.convert(option, value, key)
+                except SpecError:
+                    if i == len(inner) - 1:
+                        raise
+        if origin is Literal:
+            if value not in args:
+                choices = ", ".join(repr(a) for a in args)
+                raise self.fail(key, f"must be one of {choices}, got {_describe(value)}")
+            return value
+        if origin is tuple:
+            if not isinstance(value, list):
+                raise self.fail(key, f"expected a list, got {_describe(value)}")
+            return tuple(self.convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
+        if _is_mapping(origin):
+            if not isinstance(value, dict):
+                raise self.fail(key, f"expected a mapping, got {_describe(value)}")
+            return types.MappingProxyType(
+                {str(k): self.convert(args[1], v, _join(key, str(k))) for k, v in value.items()}
+            )
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            return self.build(tp, value, key)
+        if tp is Path:
+            if not isinstance(value, str) or not value:
+                raise self.fail(key, f"expected a file path, got {_describe(value)}")
+            resolved = (self.base / value).resolve()
+            if not resolved.exists():
+                raise self.fail(key, f"file not found: {value!r} (looked for {resolved})")
+            return resolved
+        if tp is bool:
+            if not isinstance(value, bool):
+                raise self.fail(key, f"expected true or false, got {_describe(value)}")
+            return value
+        if tp is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.fail(key, f"expected an integer, got {_describe(value)}")
+            return value
+        if tp is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self.fail(key, f"expected a number, got {_describe(value)}")
+            return float(value)
+        if tp is str:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return str(value)
+            if not isinstance(value, str):
+                raise self.fail(key, f"expected text, got {_describe(value)}")
+            return value
+        raise TypeError(f"unsupported field type {tp!r}")  # a bug in the records, not in the YAML
+
+
+def _join(key: str, name: str) -> str:
+    return f"{key}.{name}" if key else name
+
+
+#: Builds the error for a key of the lab file being validated.
+Fail = Callable[[str, str], SpecError]
+
+
+def _validate_lab(spec: LabSpec, path: Path) -> None:
+    def fail(key: str, message: str) -> SpecError:
+        return SpecError(message, path=path, key=key)
+
+    known_baselines = {"reference", *spec.files.baselines}
+    args = spec.launcher.args
+    seen: set[str] = set()
+    for i, arg in enumerate(args):
+        key = f"launcher.args[{i}]"
+        if arg.name in seen:
+            raise fail(f"{key}.name", f"duplicate argument name {arg.name!r}")
+        seen.add(arg.name)
+        if arg.role == "scalar":
+            if arg.ctype is None or not arg.value:
+                raise fail(key, f"scalar argument {arg.name!r} needs 'ctype' and 'value'")
+        elif arg.dtype is None or not arg.shape:
+            raise fail(key, f"array argument {arg.name!r} needs 'dtype' and 'shape'")
+        for text in arg.shape or ((arg.value,) if arg.value else ()):
+            try:
+                expr.names(text)
+            except expr.ExprError as exc:
+                raise fail(f"{key}.{'shape' if arg.shape else 'value'}", str(exc)) from None
+    if not any(a.role == "output" for a in args):
+        raise fail("launcher.args", "the launcher needs at least one argument with role 'output'")
+
+    def check_params(params: Mapping[str, ParamValue], key: str) -> None:
+        for arg in args:
+            for text in arg.shape or (arg.value,):
+                try:
+                    val = expr.evaluate(text, params)
+                except expr.ExprError as exc:
+                    raise fail(key, f"{exc} (needed by launcher argument {arg.name!r})") from None
+                if arg.shape and val < 0:
+                    raise fail(key, f"shape of {arg.name!r} is negative ({text} = {val})")
+        try:
+            expr.evaluate(spec.tolerance.reduction_length, params)
+        except expr.ExprError as exc:
+            raise fail("tolerance.reduction_length", str(exc)) from None
+
+    if not spec.correctness.cases:
+        raise fail("correctness.cases", "at least one case is needed")
+    ids: set[str] = set()
+    for i, case in enumerate(spec.correctness.cases):
+        check_params(case.params, f"correctness.cases[{i}].params")
+        if case.label in ids:
+            raise fail(f"correctness.cases[{i}]", f"duplicate case {case.label!r}")
+        if case.repeat < 1:
+            raise fail(f"correctness.cases[{i}].repeat", f"must be at least 1, got {case.repeat}")
+        ids.add(case.label)
+    for i, static in enumerate(spec.static):
+        _unique(ids, static.id, fail, f"static[{i}].id")
+    for i, tool in enumerate(spec.sanitizers):
+        _unique(ids, tool.id, fail, f"sanitizers[{i}].id")
+        check_params(tool.params, f"sanitizers[{i}].params")
+        if tool.points < 0:
+            raise fail(f"sanitizers[{i}].points", f"points must not be negative, got {tool.points}")
+    if spec.benchmark:
+        check_params(spec.benchmark.params, "benchmark.params")
+        for key in ("flops", "bytes"):
+            try:
+                expr.evaluate(getattr(spec.benchmark, key), spec.benchmark.params)
+            except expr.ExprError as exc:
+                raise fail(f"benchmark.{key}", str(exc)) from None
+        for i, speed in enumerate(spec.benchmark.checks):
+            _unique(ids, speed.id, fail, f"benchmark.checks[{i}].id")
+            _threshold(speed, known_baselines, fail, f"benchmark.checks[{i}]")
+    for i, check in enumerate(spec.counters):
+        key = f"counters[{i}]"
+        _unique(ids, check.id, fail, f"{key}.id")
+        check_params(check.params, f"{key}.params")
+        for field_name in ("metric", "per"):
+            text = getattr(check, field_name)
+            for name in split_metrics(text):
+                if not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", name):
+                    raise fail(f"{key}.{field_name}", f"not an Nsight Compute metric name: {name!r}")
+        if not split_metrics(check.metric):
+            raise fail(f"{key}.metric", "a metric name is needed")
+        if check.kind == "reduction" and not check.baseline:
+            raise fail(f"{key}.baseline", "a 'reduction' counter check compares with a baseline: name one")
+        _threshold(check, known_baselines, fail, key)
+
+
+def _unique(ids: set[str], name: str, fail: Fail, key: str) -> None:
+    if name in ids:
+        raise fail(key, f"duplicate check id {name!r}")
+    ids.add(name)
+
+
+def _threshold(check: SpeedCheck | CounterCheck, known: set[str], fail: Fail, key: str) -> None:
+    if check.baseline and check.baseline not in known:
+        near = difflib.get_close_matches(check.baseline, sorted(known), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise fail(f"{key}.baseline", f"unknown baseline {check.baseline!r} (known: {', '.join(sorted(known))}){hint}")
+    if getattr(check, "kind", "reduction") == "at_most":
+        if check.full > check.zero:
+            raise fail(key, f"an 'at_most' bound needs 'full' ({check.full}) at or below 'zero' ({check.zero})")
+    elif check.full < check.zero:
+        raise fail(key, f"'full' ({check.full}) must not be below 'zero' ({check.zero})")
+    if check.points < 0:
+        raise fail(f"{key}.points", f"points must not be negative, got {check.points}")

@@ -1,0 +1,14 @@
+"""The worker: the only process that loads student code (a package the sandbox copies whole).
+
+It loads shared objects with ctypes, allocates with CuPy, runs tasks sent by the grader
+(``protocol``) and hands back outputs as .npy files. It never sees expected results. Two modes
+(``python -I -c BOOTSTRAP ROOT`` then, as ``main.main`` takes them):
+
+* ``--serve`` reads one JSON task per line from the file descriptor in ``GRADER_TASK_FD`` and
+  writes one JSON reply per line to the one in ``GRADER_RESULT_FD`` (student output goes to
+  stdout);
+* ``--job JOB.json --result RESULT.json`` runs one task (under ncu or compute-sanitizer).
+
+Before any student code is loaded it confines itself (``confine``). Nothing here imports the rest
+of the grader: this package, the standard library, numpy and CuPy are all it needs.
+"""

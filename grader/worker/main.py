@@ -1,0 +1,137 @@
+"""The worker's entry point: start-up, the task loop and one-shot runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .buffers import Buffers, StudentCudaError, library
+from .confine import close_tool_log, confine, limit_self, private_kernel_cache
+from .protocol import Kind, Reply, Status, Task
+from .sampling import run_timing
+
+
+def run_case(cp: Any, task: Task) -> Reply:
+    """One call of the launcher (``protocol.case_task``)."""
+    lib = library(task["lib"], task["launcher"])
+    inputs = {k: np.load(v) for k, v in task["inputs"].items()}
+    out_dir = Path(task["out_dir"])
+    bufs = Buffers(cp, task["launcher"], task["params"], inputs, task.get("guard", 0), task.get("memcpy_only", False))
+    cp.cuda.Device().synchronize()
+    lib.launched(reset=True)
+    t0 = time.perf_counter()
+    lib.call(bufs.args)
+    lib.check()
+    seconds = time.perf_counter() - t0
+    result: Reply = {"status": Status.OK.value, "seconds": seconds, "outputs": {}, "kernels_launched": lib.launched()}
+    if task.get("memcpy_only"):
+        return result
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, arr in bufs.outputs.items():
+        path = out_dir / f"{name}.npy"
+        np.save(path, arr.get())
+        result["outputs"][name] = path.name
+    result["guard_violations"] = bufs.guard_violations()
+    result["inputs_modified"] = bufs.modified_inputs()
+    return result
+
+
+def run_task(cp: Any, task: Task) -> Reply:
+    try:
+        if task["kind"] == Kind.CASE.value:
+            return run_case(cp, task)
+        if task["kind"].startswith("timing_"):
+            return run_timing(cp, task)
+        return {"status": Status.WORKER_ERROR.value, "error": f"unknown task kind {task['kind']!r}"}
+    except StudentCudaError as exc:
+        return {"status": Status.CUDA_ERROR.value, "error": str(exc), "sticky": exc.sticky}
+    except Exception as exc:
+        if _out_of_memory(cp, exc):
+            return {"status": Status.OUT_OF_MEMORY.value, "error": _memory_left(cp)}
+        return {"status": Status.WORKER_ERROR.value, "error": traceback.format_exc()}
+
+
+def _out_of_memory(cp: Any, exc: Exception) -> bool:
+    """The grader's own allocation failed: the GPU's memory is taken (by the student's code)."""
+    if isinstance(exc, cp.cuda.memory.OutOfMemoryError):
+        return True
+    runtime_error = getattr(cp.cuda.runtime, "CUDARuntimeError", ())
+    return isinstance(exc, runtime_error) and getattr(exc, "status", None) == 2  # cudaErrorMemoryAllocation
+
+
+def _memory_left(cp: Any) -> str:
+    gib = 1 << 30
+    try:
+        free, total = cp.cuda.runtime.memGetInfo()
+        ours = cp.get_default_memory_pool().total_bytes()
+    except Exception:
+        return "your code left no free GPU memory for the next case (free what you allocate with cudaFree)"
+    held = max(0, total - free - ours)
+    return (f"your code left no free GPU memory: {held / gib:.1f} GiB of {total / gib:.1f} GiB held after it returned "
+            f"({free / gib:.2f} GiB free); free what you allocate with cudaFree before the launcher returns")
+
+
+def _import_cupy(no_pool: bool = False, warm_up: bool = True) -> Any:
+    import cupy as cp
+
+    if no_pool:
+        cp.cuda.set_allocator(None)
+    cp.cuda.Device(0).use()
+    if warm_up:  # create the context now, not during the first timed call
+        cp.zeros(1).sum()
+    return cp
+
+
+def serve() -> int:
+    fd = int(os.environ["GRADER_RESULT_FD"])
+
+    def send(obj: Reply) -> None:
+        os.write(fd, (json.dumps(obj) + "\n").encode())
+
+    try:
+        cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")))
+        confine()
+    except Exception as exc:
+        send({"event": "startup_failed", "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    send({"event": "ready"})
+    tasks = os.fdopen(int(os.environ["GRADER_TASK_FD"]), "r", encoding="utf-8")
+    for line in tasks:
+        task = json.loads(line)
+        if task.get("kind") == Kind.QUIT.value:
+            return 0
+        result = run_task(cp, task)
+        sys.stdout.flush()
+        send({"event": "result", "id": task.get("id"), **result})
+        if result.get("sticky") or result["status"] == Status.OUT_OF_MEMORY.value:
+            return 0  # the CUDA context is broken or full: the parent starts a fresh worker
+    return 0
+
+
+def one_shot(job_path: str, result_path: str) -> int:
+    task = json.loads(Path(job_path).read_text())
+    # no warm-up kernel: under a profiler or sanitizer only the student's kernels should run
+    cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")), warm_up=False)
+    confine()
+    result = run_task(cp, task)
+    Path(result_path).write_text(json.dumps(result))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    close_tool_log()
+    limit_self()
+    private_kernel_cache()
+    if argv[:1] == ["--serve"]:
+        return serve()
+    if len(argv) == 4 and argv[0] == "--job" and argv[2] == "--result":
+        return one_shot(argv[1], argv[3])
+    print("usage: grader.worker.main --serve | --job JOB.json --result RESULT.json", file=sys.stderr)
+    return 2

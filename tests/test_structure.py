@@ -1,0 +1,84 @@
+"""The shape of the engine: no import cycle, small modules, a worker that needs nothing else."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from grader.sandbox import worker_runtime
+
+GRADER = Path(__file__).resolve().parent.parent / "grader"
+MAX_LINES = 450
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in GRADER.rglob("*.py"):
+        parts = path.relative_to(GRADER.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module in known:
+                found.add(module)
+            for alias in node.names:
+                if f"{module}.{alias.name}" in known:
+                    found.add(f"{module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in known}
+    found.discard(name)
+    return found
+
+
+def test_the_grader_has_no_import_cycle():
+    known = _modules()
+    graph = {name: _imports(name, path, known) for name, path in known.items()}
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for dep in graph[node]:
+            if dep in path:
+                cycles.append(" -> ".join(path[path.index(dep):] + [dep]))
+            elif len(path) < 40:
+                visit(dep, path + [dep])
+
+    for name in graph:
+        visit(name, [name])
+    assert not cycles, sorted(set(cycles))[:5]
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
+
+
+def test_reports_and_readmes_do_not_import_the_engine():
+    known = _modules()
+    for name in ("grader.report.data", "grader.report.junit", "grader.report.text", "grader.readme", "grader.plan"):
+        assert "grader.grade" not in _imports(name, known[name], known), name
+
+
+def test_the_worker_package_imports_alone():
+    """What the sandbox copies (the worker package and the package marker) is all the worker
+    needs: it imports with nothing else of the grader on the path."""
+    root = worker_runtime()
+    assert sorted(p.name for p in (root / "grader").iterdir()) == ["__init__.py", "worker"]
+    code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
+            "import grader.worker.main, grader.worker.protocol, grader.worker.confine\n"
+            "assert not [m for m in sys.modules if m.startswith('grader.') and not m.startswith('grader.worker')], sys.modules\n"
+            "print(grader.worker.main.__file__)")
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run([sys.executable, "-I", "-c", code, str(root)], capture_output=True, text=True, cwd=cwd,
+                              timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(str(root))
