@@ -3,6 +3,7 @@ with the lab's fp64 oracle in the grader (the worker never sees the expected res
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
@@ -71,6 +72,14 @@ def failure_from_task(result: TaskResult, cid: str, stage: Stage, points: float)
     return CheckResult(cid, stage, Outcome.ERROR, 0, points, msg, details, {"status": result.status}, result.seconds)
 
 
+def repeats_summary(wrong_runs: int, runs: int, distinct_answers: int) -> str:
+    """How a case run ``runs`` times on the same input went wrong; a race is suggested only when
+    the runs disagree (a deterministic bug gives the same wrong answer every time)."""
+    if distinct_answers > 1:
+        return f"wrong on {wrong_runs} of {runs} runs of the same input, and the runs disagree (a race?)"
+    return f"wrong on {wrong_runs} of {runs} runs of the same input, the same answer every time"
+
+
 def output_limit(want: np.ndarray) -> int:
     """The most an output file of ``want``'s shape may hold (the .npy header included)."""
     return int(want.nbytes) + (64 << 10)
@@ -85,6 +94,7 @@ def grade_case(sub: Submission, worker: WorkerSession, case: Case, folder: str) 
     expected = sub.problem.expected(inputs, dict(case.params))
     max_err, seconds, wrong_runs = 0.0, 0.0, 0
     first_wrong: tuple[list[str], list[str]] | None = None
+    answers: set[str] = set()  # a digest of each run's outputs: do the runs agree?
     launched: set[str] | None = set()
     for _ in range(case.repeat):
         task = case_task(str(sub.library), launcher_spec(spec), dict(case.params), paths,
@@ -99,17 +109,20 @@ def grade_case(sub: Submission, worker: WorkerSession, case: Case, folder: str) 
             launched = None
         seconds += result.seconds
         problems, details = [], []
+        digest = hashlib.sha256()
         for name, (before, after) in result.data.get("guard_violations", {}).items():
             problems.append(f"wrote outside {name}: {before} bytes changed before it, {after} after it")
         for name in result.data.get("inputs_modified", []):
             problems.append(f"modified its input {name} (inputs must be left unchanged)")
         for out, want in expected.items():
             got = load_npy(worker.dirs.outbox, f"{folder}/{out}.npy", output_limit(want))
+            digest.update(np.ascontiguousarray(got).tobytes())
             cmp = compare(out, got, want, spec.tolerance, case.params, spec.correctness.max_mismatches_shown)
             max_err = max(max_err, cmp.max_abs_error)
             if not cmp.ok:
                 problems.append(cmp.summary)
                 details.append(cmp.details())
+        answers.add(digest.hexdigest())
         if problems:
             wrong_runs += 1
             first_wrong = first_wrong or (problems, details)
@@ -119,7 +132,7 @@ def grade_case(sub: Submission, worker: WorkerSession, case: Case, folder: str) 
         problems, details = first_wrong
         message = "; ".join(problems)
         if case.repeat > 1:
-            message = f"wrong on {wrong_runs} of {case.repeat} runs of the same input (a race?); first: {message}"
+            message = f"{repeats_summary(wrong_runs, case.repeat, len(answers))}; first: {message}"
         return CheckResult(cid, Stage.CORRECTNESS, Outcome.FAIL, 0, case.points, message, "\n".join(details), measured, seconds)
     runs = f", {case.repeat} runs" if case.repeat > 1 else ""
     return CheckResult(

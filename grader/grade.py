@@ -8,6 +8,7 @@ submission (they become check results) and is safe to call many times in one pro
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -271,6 +272,7 @@ class LabGrading:
             gated = {c.id for c in spec.static if c.after_correctness} | {c.id for c in sanitizer_checks}
             self.checks = [self._gated(c) if c.id in gated else c for c in self.checks]
             sanitizer_checks = [self._gated(c) for c in sanitizer_checks]
+        self.checks = explain_nans(self.checks, sanitizer_checks, spec)
         self.checks += sanitizer_checks
         if spec.benchmark and spec.benchmark.checks:
             self._speed(passed)
@@ -324,6 +326,19 @@ class LabGrading:
             shutil.rmtree(self._work, ignore_errors=True)
         self._work = None
         self._done = True
+
+
+def explain_nans(checks: list[CheckResult], sanitizer_checks: list[CheckResult], spec: LabSpec) -> list[CheckResult]:
+    """Where memcheck saw out-of-bounds accesses, say so in correctness messages about NaNs: a
+    kernel that reads past its inputs brings in the NaN the grader fills outputs with, and "was
+    it never written?" would send the student the wrong way."""
+    tools = {s.id: s.tool for s in spec.sanitizers}
+    seen = [c for c in sanitizer_checks if tools.get(c.id) == "memcheck" and c.outcome is Outcome.FAIL]
+    if not seen:
+        return checks
+    note = f"; memcheck saw out-of-bounds accesses ({seen[0].id}): reads past a buffer bring in NaN or stale values"
+    return [dataclasses.replace(c, message=c.message + note)
+            if c.stage is Stage.CORRECTNESS and c.outcome is Outcome.FAIL and " NaN" in c.message else c for c in checks]
 
 
 def _count(sub: Submission) -> list[CheckResult]:

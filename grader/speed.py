@@ -12,7 +12,7 @@ from .runner import WorkerSession
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission
-from .timing import CLOSING_FOLDER, Measurement, SampleFailed, measure, summarize
+from .timing import CLOSING_FOLDER, TOO_SLOW_FACTOR, Measurement, SampleFailed, measure, summarize
 from .worker import expr
 
 #: A timed array the worker saves for the grader's check is read up to this size.
@@ -102,6 +102,9 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
         msg = (f"{m.by_clock} of {student.n} timed calls reported less time than the grader's own clock measured for "
                "them: the timing was tampered with, and the work was not measured")
         return _all(bench, Outcome.ERROR, msg), timings
+    if m.stopped_early:
+        late += (f"; sampling stopped after {student.n} sample{'s' if student.n > 1 else ''}: your kernel took more than "
+                 f"{TOO_SLOW_FACTOR:g}x the slowest baseline's time (printing from a kernel, or a busy loop?)")
     if m.by_clock:
         late += (f"; {m.by_clock} of {student.n} samples reported less time than the call took by the grader's own "
                  "clock and were timed by it")

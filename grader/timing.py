@@ -7,12 +7,13 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .build import baseline_library
 from .correctness import launcher_spec
 from .options import secret_seed
 from .runner import TaskResult, WorkerSession
+from .spec import Timing
 from .submission import Submission
 from .worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
 
@@ -83,6 +84,10 @@ WALL_SLACK = 1.25
 WALL_MARGIN_MS = 0.05
 #: Slack on top of the trusted baselines' largest call overhead before a student's sample is bounded.
 ROUND_TRIP_SLACK_MS = 0.25
+#: A student sample this many times slower than the slowest baseline's slowest sample ends the
+#: sampling: the speed checks are scored from what was taken (a kernel that prints from every
+#: thread can take seconds per call, and more samples would not change its score).
+TOO_SLOW_FACTOR = 50.0
 #: Where the student's worker saves the last timed call's inputs and outputs (in its outbox).
 CLOSING_FOLDER = "timing"
 
@@ -107,6 +112,16 @@ def bound_by_round_trips(samples: list[float], trips: list[float], trusted: list
     return raised
 
 
+def far_too_slow(student_ms: float, baseline_samples: list[list[float]]) -> bool:
+    """Whether a student sample is so slow that sampling stops (see ``TOO_SLOW_FACTOR``)."""
+    slowest = max((max(s) for s in baseline_samples if s), default=0.0)
+    return slowest > 0 and student_ms > TOO_SLOW_FACTOR * slowest
+
+
+class _FarTooSlow(Exception):
+    pass
+
+
 class SampleFailed(Exception):
     """A timing task failed in ``who``'s worker (a baseline's, or "student")."""
 
@@ -128,6 +143,7 @@ class Measurement:
     by_wall: int = 0  # student samples timed by the wall clock
     by_clock: int = 0  # student samples raised to the grader's round trip
     noisy: list[str] = field(default_factory=list)
+    stopped_early: bool = False  # the student's kernel was far too slow to sample further
 
 
 def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement:
@@ -162,9 +178,23 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
         m.walls[n].append(data["wall_ms"])
         m.trips[n].append(result.seconds * 1e3)
         m.by_wall += late and n == "student"
+        if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in baselines]):
+            raise _FarTooSlow
 
     m.device = call(baselines[0], opening(libs, True)).data["device"]
     call("student", opening({"student": str(sub.library)}, False))
+    try:
+        _sample(m, names, take, cfg)
+    except _FarTooSlow:
+        m.stopped_early = True
+    m.closing = call("student", timing_close(str(worker.dirs.outbox / CLOSING_FOLDER))).data
+    m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
+                                      [(m.walls[b], m.trips[b]) for b in baselines])
+    return m
+
+
+def _sample(m: Measurement, names: list[str], take: Callable[[str], None], cfg: Timing) -> None:
+    """Warm up, then sample every kernel in turn until the stopping rule is met (again once if noisy)."""
     for n in names:  # warm up
         t_end = time.monotonic() + cfg.warmup_s
         take(n)
@@ -183,7 +213,3 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
         m.noisy = [n for n in names if summarize(m.samples[n]).cv > cfg.max_cv]
         if not m.noisy:
             break
-    m.closing = call("student", timing_close(str(worker.dirs.outbox / CLOSING_FOLDER))).data
-    m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
-                                      [(m.walls[b], m.trips[b]) for b in baselines])
-    return m

@@ -96,7 +96,7 @@ def test_repeated_high_contention_case_reports_how_often_it_was_wrong():
     checks = _grade_known("histogram", "wrong/non_atomic.cu", timing=False, counters=False)
     case = checks["correctness[one_letter_4M]"]
     assert case.outcome is Outcome.FAIL
-    assert case.message.startswith("wrong on ") and " of 5 runs of the same input (a race?)" in case.message
+    assert case.message.startswith("wrong on ") and " of 5 runs of the same input, and the runs disagree (a race?)" in case.message
     assert case.measured["runs"] == 5 and 1 <= case.measured["wrong_runs"] <= 5
 
 

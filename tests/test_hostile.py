@@ -259,6 +259,8 @@ def test_hostile_corpus_gets_exactly_its_verdicts(classroom):
     assert "modified its input M" in check("tamper_inputs.cu", "correctness[width=16]").message
     assert "output of a timed call was wrong" in check("cache_results.cu", "speedup_vs_naive").message
     assert "timed by the wall clock" in check("nonblocking_stream.cu", "speedup_vs_naive").message
+    slow = check("very_slow.cu", "speedup_vs_naive")
+    assert "sampling stopped after 1 sample: your kernel took more than 50x" in slow.message, slow.message
     forged = check("below_floor.cu", "speed_vs_reference").message
     assert "the timing was tampered with" in forged or "impossible time" in forged, forged
     # a fast CPU reaches the compiler's 8 GiB cap before the 60 s limit (H100 host: out of memory)

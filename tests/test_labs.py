@@ -132,3 +132,28 @@ def test_the_histogram_case_below_a_is_that_byte_whatever_the_secret_seed():
     problem = load_problem(spec)
     for seed in (0, 1, 118, 2**31 - 1, 12345):
         assert problem.generate(case.params, seed, np)["text"].tolist() == [ord("`")]
+
+
+def test_a_race_is_suggested_only_when_repeated_runs_disagree():
+    from grader.correctness import repeats_summary
+
+    assert repeats_summary(5, 5, 1) == "wrong on 5 of 5 runs of the same input, the same answer every time"
+    assert repeats_summary(2, 5, 3) == "wrong on 2 of 5 runs of the same input, and the runs disagree (a race?)"
+
+
+def test_nan_messages_mention_out_of_bounds_accesses_that_memcheck_saw():
+    from grader.grade import explain_nans
+    from grader.outcome import CheckResult, Stage
+
+    spec = find_lab("boundary_checks")
+    memcheck = next(s for s in spec.sanitizers if s.tool == "memcheck")
+    nan = CheckResult("correctness[m=3,n=1000,k=5]", Stage.CORRECTNESS, Outcome.FAIL, 0, 2,
+                      "P: all 15 elements are NaN (the grader fills outputs with NaN before each call: was P never written?)")
+    other = CheckResult("correctness[m=1,n=1,k=1]", Stage.CORRECTNESS, Outcome.FAIL, 0, 2, "P: 1 of 1 elements wrong")
+    dirty = CheckResult(memcheck.id, Stage.SANITIZER, Outcome.FAIL, 0, 2, "memcheck reported 3 error(s)")
+    clean = CheckResult(memcheck.id, Stage.SANITIZER, Outcome.PASS, 2, 2, "memcheck: nothing")
+    explained = explain_nans([nan, other], [dirty], spec)
+    assert explained[0].message.endswith(f"; memcheck saw out-of-bounds accesses ({memcheck.id}): reads past a buffer "
+                                         "bring in NaN or stale values")
+    assert explained[1] == other
+    assert explain_nans([nan, other], [clean], spec) == [nan, other]

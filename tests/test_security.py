@@ -447,3 +447,4 @@ def test_placement_checks_judge_only_the_kernels_that_ran(tmp_path):
     for w in wanted:
         assert judged[w].outcome is Outcome.FAIL and "judged on the kernels that ran: conv1d_global(" in judged[w].message
     assert judged["no_local_memory"].outcome is Outcome.PASS
+
