@@ -195,8 +195,8 @@ def profile(
 
 
 def counter_value(values: Mapping[str, float], check: CounterCheck) -> float:
-    """The check's figure: the summed metric, divided by the summed ``per`` metric if given."""
-    top = sum(values[m] for m in split_metrics(check.metric))
+    """The check's figure: ``scale`` times the summed metric, divided by the summed ``per`` metric if given."""
+    top = check.scale * sum(values[m] for m in split_metrics(check.metric))
     if not check.per:
         return top
     bottom = sum(values[m] for m in split_metrics(check.per))

@@ -209,7 +209,7 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class CounterCheck:
-    """A hardware-counter figure, ``metric`` (divided by ``per`` when given), each a sum of metrics.
+    """A hardware-counter figure, ``scale * metric`` (divided by ``per`` when given), each a sum of metrics.
 
     ``reduction``: credit on baseline_value / student_value (full at >= full, none at <= zero).
     ``at_most``: an absolute bound on the student's value (full at <= full, none at >= zero); the
@@ -234,6 +234,8 @@ class CounterCheck:
                "value (`full` at or below `zero`)."})
     per: str = field(default="", metadata={"doc": "A metric (or `+` sum) to divide by, for a per-request or "
                                                   "per-instruction figure; empty: no division."})
+    scale: float = field(default=1.0, metadata={"doc": "A factor the figure is multiplied by, e.g. 32 to turn "
+                                                       "sectors per requested byte into sectors per 32 bytes requested."})
     baseline: str = field(default="", metadata={
         "doc": "The kernel profiled for comparison: " + _BASELINE + " Required for `reduction`; empty: none."})
     hint: str = field(default="", metadata={"doc": _HINT})

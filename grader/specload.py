@@ -277,6 +277,8 @@ def _validate_lab(spec: LabSpec, path: Path) -> None:
                     raise fail(f"{key}.{field_name}", f"not an Nsight Compute metric name: {name!r}")
         if not split_metrics(check.metric):
             raise fail(f"{key}.metric", "a metric name is needed")
+        if not check.scale > 0:
+            raise fail(f"{key}.scale", f"must be a positive number, got {check.scale}")
         if check.kind == "reduction" and not check.baseline:
             raise fail(f"{key}.baseline", "a 'reduction' counter check compares with a baseline: name one")
         _threshold(check, known_baselines, fail, key)

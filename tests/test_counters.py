@@ -119,3 +119,15 @@ def test_each_lab_profiles_its_counter_checks_in_one_run(lab):
 def test_why_a_tool_run_failed(run, reason):
     """Shared by the sanitizer and the profiler: a crash, an exit or an error the worker reported."""
     assert run.failure("ended before reporting") == reason
+
+
+def test_coalescing_is_sectors_per_32_bytes_requested():
+    """Four scattered floats of a 4-thread warp: 4 sectors for 16 bytes, one request. Sectors per
+    request (4) looked coalesced; sectors per 32 bytes requested (8) does not."""
+    from grader.counters import counter_value
+
+    check = next(c for c in find_lab("corner_turning").counters if c.id == "coalesced_loads")
+    values = {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 4.0, "smsp__sass_data_bytes_mem_global_op_ld.sum": 16.0}
+    assert check.scale == 32 and counter_value(values, check) == 8.0
+    coalesced = {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 4.0, "smsp__sass_data_bytes_mem_global_op_ld.sum": 128.0}
+    assert counter_value(coalesced, check) == 1.0 <= check.full
