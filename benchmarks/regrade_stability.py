@@ -1,0 +1,119 @@
+"""Regrade stability: every known solution of every lab graded N times, a fresh secret each time.
+
+    python benchmarks/regrade_stability.py [--regrades 10] [--lab LAB ...] [--no-ncu]
+
+Prints, per lab: how many check verdicts flipped between regrades (and which), and the spread of
+each speed ratio (min, median, max over the regrades). Target: 0 flips in 10 regrades on an H100.
+Then, for each lab's reference, the grader's median time against Nsight Compute's
+gpu__time_duration on the same benchmark case (target: within 5%); --no-ncu skips that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from grader import counters  # noqa: E402
+from grader.build import baseline_library  # noqa: E402
+from grader.correctness import launcher_spec, write_inputs  # noqa: E402
+from grader.labs import find_lab, lab_ids, load_problem  # noqa: E402
+from grader.options import GradeOptions, archs_for, probe_for  # noqa: E402
+from grader.outcome import LabReport, Stage  # noqa: E402
+from grader.paths import default_cache_dir  # noqa: E402
+from grader.runner import Isolation, RunDirs  # noqa: E402
+from grader.sandbox import Sandbox  # noqa: E402
+from grader.spec import LabSpec  # noqa: E402
+from grader.validate import validate  # noqa: E402
+from grader.worker.protocol import case_task  # noqa: E402
+
+
+def regrade(spec: LabSpec, times: int) -> list[list[LabReport]]:
+    """``times`` validate runs of the lab; each a report per known solution, in listed order."""
+    runs = []
+    for i in range(times):
+        options = GradeOptions(secret=os.urandom(16).hex())
+        runs.append([r.report for r in validate(spec, options)])
+        print(f"  [{spec.id}] regrade {i + 1}/{times} done", file=sys.stderr, flush=True)
+    return runs
+
+
+def flips(runs: list[list[LabReport]]) -> list[str]:
+    """'solution: check (verdicts seen)' for every check whose verdict was not the same every time."""
+    seen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for reports in runs:
+        for report in reports:
+            for check in report.checks:
+                seen[(report.submission, check.id)].add(check.outcome.value)
+    return [f"{sub}: {cid} ({'/'.join(sorted(v))})" for (sub, cid), v in sorted(seen.items()) if len(v) > 1]
+
+
+def ratio_spread(runs: list[list[LabReport]]) -> list[str]:
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for reports in runs:
+        for report in reports:
+            for check in report.checks:
+                ratio = check.measured.get("ratio")
+                if check.stage is Stage.SPEED and isinstance(ratio, (int, float)):
+                    ratios[(report.submission, check.id)].append(float(ratio))
+    return [f"{sub}: {cid} min {min(r):.3f} median {statistics.median(r):.3f} max {max(r):.3f} "
+            f"(spread {100 * (max(r) - min(r)) / statistics.median(r):.1f}%)"
+            for (sub, cid), r in sorted(ratios.items())]
+
+
+def ncu_time_ms(spec: LabSpec, work: Path) -> float | None:
+    """gpu__time_duration of the reference on the lab's benchmark case, summed over its kernels."""
+    if spec.benchmark is None:
+        return None
+    probe = probe_for(GradeOptions())
+    library = baseline_library(spec, "reference", archs_for(GradeOptions(), probe), None)
+    dirs = RunDirs(work / "in", work / "out").make()
+    _, paths = write_inputs(spec, load_problem(spec), spec.benchmark.params, spec.benchmark.seed, dirs.inbox)
+    task = case_task(str(library), launcher_spec(spec), dict(spec.benchmark.params), paths, str(dirs.outbox), memcpy_only=True)
+    isolation = Isolation(Sandbox(None), trusted=True, cupy_cache=default_cache_dir() / "cupy-kernels")
+    run = counters.profile(library, task, ("gpu__time_duration.sum",), dirs, 300, isolation)
+    if run.skipped or run.error:
+        print(f"  [{spec.id}] ncu: {run.skipped or run.error}", file=sys.stderr)
+        return None
+    return run.values["gpu__time_duration.sum"] / 1e6  # ns -> ms
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--regrades", type=int, default=10)
+    p.add_argument("--lab", action="append", dest="labs", metavar="LAB")
+    p.add_argument("--no-ncu", action="store_true")
+    args = p.parse_args()
+    if probe_for(GradeOptions()).gpu is None:
+        print("needs a GPU: " + probe_for(GradeOptions()).reason, file=sys.stderr)
+        return 2
+    total_flips = 0
+    for lab_id in args.labs or lab_ids():
+        spec = find_lab(lab_id)
+        runs = regrade(spec, args.regrades)
+        flipped = flips(runs)
+        total_flips += len(flipped)
+        print(f"== {lab_id}: {len(flipped)} flipped verdicts in {args.regrades} regrades of {len(runs[0])} solutions")
+        for line in flipped:
+            print(f"  FLIP {line}")
+        for line in ratio_spread(runs):
+            print(f"  ratio {line}")
+        if not args.no_ncu and spec.benchmark is not None:
+            medians = [r.timings["student"]["median_ms"] for reports in runs for r in reports
+                       if r.submission.endswith("reference.cu") and "student" in r.timings]
+            ncu = ncu_time_ms(spec, Path(os.environ.get("TMPDIR", "/tmp")) / f"regrade-ncu-{lab_id}")
+            if medians and ncu:
+                grader_ms = statistics.median(medians)
+                print(f"  reference: grader median {grader_ms:.4f} ms, ncu gpu__time_duration {ncu:.4f} ms "
+                      f"({100 * (grader_ms - ncu) / ncu:+.1f}%)")
+    print(f"total: {total_flips} flipped verdicts")
+    return 0 if total_flips == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
