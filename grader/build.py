@@ -19,7 +19,7 @@ from . import toolchain
 from .errors import GraderError
 from .outcome import KernelResources
 from .paths import default_cache_dir
-from .procgroup import kill_group, pump
+from .procgroup import run_capped
 from .safeio import SOURCE_LIMIT_BYTES, read_file
 from .sandbox import Sandbox, confined_env
 from .spec import LabSpec
@@ -188,14 +188,7 @@ def _run_compiler(cmd: list[str], work: Path, time_limit_s: float) -> tuple[str,
     Returns the output and the exit status, None if it was stopped at the time limit (with its
     children: cudafe++, cicc, ptxas)."""
     output = CappedOutput(COMPILE_OUTPUT_HEAD_BYTES, COMPILE_OUTPUT_TAIL_BYTES)
-    proc = subprocess.Popen(cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=confined_env({"TMPDIR": "/tmp"}), start_new_session=True)
-    assert proc.stdout is not None
-    try:
-        rc = pump({proc.stdout.fileno(): output}, proc, time.monotonic() + time_limit_s)
-    finally:
-        kill_group(proc.pid)
-        proc.stdout.close()
+    rc = run_capped(cmd, output, time_limit_s, cwd=work, env=confined_env({"TMPDIR": "/tmp"}))
     return output.text(), rc
 
 

@@ -89,3 +89,25 @@ def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen[bytes], deadli
             while select.select([fd], [], [], 0)[0] and drain(fd, streams[fd]):
                 pass
         return code
+
+
+def run_capped(cmd: list[str], console: CappedOutput, time_limit_s: float, *, cwd: Path, env: dict[str, str],
+               pass_fds: tuple[int, ...] = (), pipes: dict[int, CappedOutput] | None = None) -> int | None:
+    """Run ``cmd`` in a process group of its own with /dev/null as stdin, read its stdout and
+    stderr into ``console`` and each read end in ``pipes`` into its sink, and kill the group when
+    it ends or at the limit. Returns its exit status, None if it was killed at the limit.
+
+    ``pass_fds`` (the write ends of ``pipes``) are closed here once the process has them; the
+    read ends stay the caller's to close."""
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds)
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
+    assert proc.stdout is not None
+    try:
+        return pump({proc.stdout.fileno(): console, **(pipes or {})}, proc, time.monotonic() + time_limit_s)
+    finally:
+        kill_group(proc.pid)  # anything left behind in the group
+        proc.stdout.close()

@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import GraderError
 from .paths import PACKAGE_PARENT
-from .procgroup import drain, kill_group, pump
+from .procgroup import drain, kill_group, run_capped
 from .safeio import read_beneath, write_private
 from .sandbox import Sandbox, confined_env, worker_runtime
 from .textutil import CappedOutput, clean
@@ -111,8 +111,8 @@ class Isolation:
         if not self.sandboxed:
             env.setdefault("HOME", os.environ.get("HOME", "/tmp"))
             return args, env
-        seen = tuple(p for p in (self.cupy_cache,) if p is not None and p.is_dir())
-        cmd = self.sandbox.wrap(args, read_only=(Path(root), dirs.inbox, *self.read_only, *read_also, *seen),
+        cache = (self.cupy_cache,) if self.cupy_cache is not None and self.cupy_cache.is_dir() else ()
+        cmd = self.sandbox.wrap(args, read_only=(Path(root), dirs.inbox, *self.read_only, *read_also, *cache),
                                 writable=(dirs.outbox,), cwd=dirs.outbox)
         return cmd, env
 
@@ -406,26 +406,18 @@ def run_under_tool(
     dirs.make()
     job = dirs.inbox / "job.json"
     write_private(job, json.dumps(task).encode())
-    log_r, log_w = os.pipe()
-    log_path = f"/dev/fd/{log_w}"
-    args = [log_path if a == TOOL_LOG else a for a in tool_cmd]
-    args += worker_command("--job", str(job), "--result", str(dirs.outbox / "result.json"))
-    inputs = tuple(Path(p) for p in task.get("inputs", {}).values() if not Path(p).is_relative_to(dirs.inbox))
-    env_extra = {**(extra_env or {}), "GRADER_CLOSE_FD": f"{log_w}:{os.fstat(log_w).st_ino}"}
-    cmd, env = isolation.command(args, dirs, env_extra, read_also=inputs)
     console = CappedOutput(OUTPUT_HEAD_BYTES * 8, OUTPUT_TAIL_BYTES)
     log = CappedOutput(OUTPUT_HEAD_BYTES * 32, OUTPUT_TAIL_BYTES)
+    log_r, log_w = os.pipe()
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=dirs.outbox, start_new_session=True, pass_fds=(log_w,))
+        args = [f"/dev/fd/{log_w}" if a == TOOL_LOG else a for a in tool_cmd]
+        args += worker_command("--job", str(job), "--result", str(dirs.outbox / "result.json"))
+        inputs = tuple(Path(p) for p in task.get("inputs", {}).values() if not Path(p).is_relative_to(dirs.inbox))
+        env_extra = {**(extra_env or {}), "GRADER_CLOSE_FD": f"{log_w}:{os.fstat(log_w).st_ino}"}
+        cmd, env = isolation.command(args, dirs, env_extra, read_also=inputs)
+        code = run_capped(cmd, console, started + time_limit_s - time.monotonic(), cwd=dirs.outbox, env=env,
+                          pass_fds=(log_w,), pipes={log_r: log})
     finally:
-        os.close(log_w)
-    assert proc.stdout is not None
-    try:
-        code = pump({proc.stdout.fileno(): console, log_r: log}, proc, started + time_limit_s)
-    finally:
-        kill_group(proc.pid)  # anything left behind in the group
-        proc.stdout.close()
         os.close(log_r)
     return ToolRun(code, clean(log.text()), clean(console.text()), _read_result(dirs.outbox), time.monotonic() - started)
 

@@ -51,12 +51,16 @@ def _refusal(path: Path | str, mode: int, what: str) -> UnsafeFile:
     return UnsafeFile(f"is {kind}: {what} must be a regular file", path=path)
 
 
-def _read_fd(fd: int, limit: int, path: Path | str, what: str) -> bytes:
-    info = os.fstat(fd)
+def _check(info: os.stat_result, limit: int, path: Path | str, what: str) -> None:
+    """Refuse anything but a regular file of at most ``limit`` bytes."""
     if not stat.S_ISREG(info.st_mode):
         raise _refusal(path, info.st_mode, what)
     if info.st_size > limit:
         raise UnsafeFile(f"is {info.st_size:,} bytes; {what} may be at most {limit:,} bytes", path=path)
+
+
+def _read_fd(fd: int, limit: int, path: Path | str, what: str) -> bytes:
+    _check(os.fstat(fd), limit, path, what)
     chunks: list[bytes] = []
     total = 0
     while True:
@@ -93,9 +97,9 @@ def read_file(path: Path, limit: int, what: str = "the file") -> bytes:
         os.close(fd)
 
 
-def _open_beneath(base: Path, rel: str | Path, display: str, limit: int | None = None) -> int:
-    """An fd of ``base/rel`` opened one component at a time, following no link below ``base``
-    (``base`` itself is the caller's choice); with ``limit``, the file's size is checked too."""
+def _open_beneath(base: Path, rel: str | Path, display: str, limit: int, what: str) -> int:
+    """An fd of ``base/rel``, a regular file of at most ``limit`` bytes, opened one component at a
+    time, following no link below ``base`` (``base`` itself is the caller's choice)."""
     parts = Path(rel).parts
     if not parts or Path(rel).is_absolute() or ".." in parts:
         raise UnsafeFile(f"{rel!s} is not a path inside {base}", path=display)
@@ -107,12 +111,9 @@ def _open_beneath(base: Path, rel: str | Path, display: str, limit: int | None =
                 info = os.stat(part, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 raise GraderError("file not found", path=display) from None
-            if last and not stat.S_ISREG(info.st_mode):
-                raise _refusal(display, info.st_mode, "a file the grader reads")
-            if last and limit is not None and info.st_size > limit:
-                raise UnsafeFile(f"is {info.st_size:,} bytes; a submitted source file may be at most {limit:,} bytes",
-                                 path=display)
-            if not last and not stat.S_ISDIR(info.st_mode):
+            if last:
+                _check(info, limit, display, what)
+            elif not stat.S_ISDIR(info.st_mode):
                 raise UnsafeFile(f"its folder {part!r} is {_kind(info.st_mode)}, not a folder inside {base}", path=display)
             nxt = os.open(part, _OPEN_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
@@ -125,10 +126,10 @@ def _open_beneath(base: Path, rel: str | Path, display: str, limit: int | None =
 
 def read_beneath(base: Path, rel: str | Path, limit: int) -> bytes:
     """Read ``base/rel`` where a student can write below ``base``: no link followed, capped."""
-    display = str(Path(base) / rel)
-    fd = _open_beneath(Path(base), rel, display)
+    display, what = str(Path(base) / rel), "a file the grader reads"
+    fd = _open_beneath(Path(base), rel, display, limit, what)
     try:
-        return _read_fd(fd, limit, display, "a file the grader reads")
+        return _read_fd(fd, limit, display, what)
     finally:
         os.close(fd)
 
@@ -140,7 +141,7 @@ def submission_file(root: Path, rel: str) -> Path:
     The path is what a repository holds for a lab; a link (even one committed to git) could
     point at the reference solution or a secret, so the submission must be the file itself.
     """
-    fd = _open_beneath(Path(root), rel, rel, SOURCE_LIMIT_BYTES)
+    fd = _open_beneath(Path(root), rel, rel, SOURCE_LIMIT_BYTES, "a submitted source file")
     os.close(fd)
     return Path(root) / rel
 

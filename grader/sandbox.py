@@ -26,16 +26,15 @@ from typing import Iterable
 from .paths import PROJECT_ROOT, default_cache_dir, labs_dir
 
 #: Folders of the system that every step may read (symlinks such as /lib -> usr/lib are kept).
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-#: NVIDIA's tools install here (Nsight Compute); the rest of /opt stays out (runner installs, secrets).
-TOOL_DIRS = ("/opt/nvidia",)
+#: Of /opt only NVIDIA's tools (Nsight Compute): the rest stays out (runner installs, secrets).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/nvidia")
 #: What of /etc a step may read: the dynamic loader's configuration, the alternatives links that
 #: compilers and CUDA are found through, and the public user and group lists. Never /etc itself:
 #: as root a step could read shadow, host keys and credentials there.
 ETC_ALLOWED = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group", "nsswitch.conf",
                "localtime", "os-release", "nvidia")
 #: The GPU's device nodes; every other device is left out (bwrap's own /dev has null, zero, ...).
-GPU_DEVICE_GLOBS = ("/dev/nvidia*", "/dev/nvidia-caps")
+GPU_DEVICE_GLOB = "/dev/nvidia*"  # nvidia0..N, nvidiactl, nvidia-uvm(-tools), nvidia-caps
 #: What of the grader's environment reaches an untrusted step (the compiler, a worker, a tool): the
 #: locale, the search path and the CUDA runtime's own settings, nothing else. Everything else
 #: (GRADER_SECRET, GITHUB_TOKEN, cloud credentials, ...) stays with the grader.
@@ -112,7 +111,7 @@ def confined_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def gpu_device_nodes() -> list[str]:
     """The NVIDIA device nodes present on this machine (none on a machine without a GPU)."""
-    return sorted({p for pattern in GPU_DEVICE_GLOBS for p in glob.glob(pattern)})
+    return sorted(glob.glob(GPU_DEVICE_GLOB))
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,10 +125,6 @@ def _base_args(extra_hide: tuple[str, ...] = ()) -> tuple[str, ...]:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
-            args += ["--ro-bind", d, d]
-            visible.append(os.path.realpath(d))
-    for d in TOOL_DIRS:
-        if os.path.isdir(d) and not os.path.islink(d):
             args += ["--ro-bind", d, d]
             visible.append(os.path.realpath(d))
     for name in ETC_ALLOWED:
