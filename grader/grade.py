@@ -275,7 +275,7 @@ class LabGrading:
         self.checks = explain_nans(self.checks, sanitizer_checks, spec)
         self.checks += sanitizer_checks
         if spec.benchmark and spec.benchmark.checks:
-            self._speed(passed)
+            self._speed(passed, stray_writes(sanitizer_checks))
         if spec.counters:
             if not passed:
                 self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.FAIL, GATE)
@@ -292,11 +292,13 @@ class LabGrading:
             return check
         return CheckResult(check.id, check.stage, Outcome.FAIL, 0, check.max_points, GATE)
 
-    def _speed(self, passed: bool) -> None:
+    def _speed(self, passed: bool, unsafe: str) -> None:
         spec, sub = self.spec, self.sub
         assert spec.benchmark is not None
         if not passed:
             self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.FAIL, GATE)
+        elif unsafe:
+            self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.FAIL, unsafe)
         elif not self.options.timing:
             self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.SKIPPED, "timing turned off (--no-timing)")
         elif sub is None or sub.time_left() <= 0:
@@ -339,6 +341,17 @@ def explain_nans(checks: list[CheckResult], sanitizer_checks: list[CheckResult],
     note = f"; memcheck saw out-of-bounds accesses ({seen[0].id}): reads past a buffer bring in NaN or stale values"
     return [dataclasses.replace(c, message=c.message + note)
             if c.stage is Stage.CORRECTNESS and c.outcome is Outcome.FAIL and " NaN" in c.message else c for c in checks]
+
+
+def stray_writes(sanitizer_checks: list[CheckResult]) -> str:
+    """Why the speed checks are not run, where memcheck saw stores outside every buffer: in the
+    timed runs they land in the kernel's own inputs or the baselines' (whether they do depends
+    on the memory layout), so neither the times nor the answers checked after them would be fair."""
+    seen = next((c.id for c in sanitizer_checks if c.outcome is Outcome.FAIL and c.measured.get("global_writes_outside")), None)
+    if seen is None:
+        return ""
+    return (f"not timed: memcheck saw stores outside every buffer ({seen}), which in the large timed runs "
+            "can overwrite the inputs of your kernel or of the baselines; fix those first")
 
 
 def _count(sub: Submission) -> list[CheckResult]:

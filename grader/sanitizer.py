@@ -38,8 +38,10 @@ class SanitizerRun:
     error: str = ""  # the submission failed under the tool in a way the tool did not report
     log: str = ""
     seconds: float = 0.0
+    writes_outside: bool = False  # memcheck saw a store outside every global allocation
 
 
+GLOBAL_WRITE = "Invalid __global__ write"
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
 _PREFIX = re.compile(r"^========= ?")
@@ -105,7 +107,8 @@ def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: 
                             seconds=result.seconds)
     count, findings = parse(text)
     if count or result.returncode == ERROR_EXIT:
-        return SanitizerRun(errors=max(count, 1), findings=tuple(findings[:3]), log=cap_lines(text, 60), seconds=result.seconds)
+        return SanitizerRun(errors=max(count, 1), findings=tuple(findings[:3]), log=cap_lines(text, 60), seconds=result.seconds,
+                            writes_outside=GLOBAL_WRITE in text)
     if "Unable to find injection library" in text or "Error: Device not supported" in text:
         return SanitizerRun(skipped=f"compute-sanitizer cannot run on this machine: {cap_lines(text, 3)}", seconds=result.seconds)
     failure = result.failure("the process ended before it reported")
@@ -132,7 +135,9 @@ def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
         return CheckResult(check.id, Stage.SANITIZER, Outcome.ERROR, 0, check.points,
                            f"under compute-sanitizer {check.tool} ({case}): {result.error}", result.log,
                            duration_s=result.seconds)
-    measured = {"errors": result.errors, "case": case, "seconds": round(result.seconds, 2)}
+    measured: dict[str, object] = {"errors": result.errors, "case": case, "seconds": round(result.seconds, 2)}
+    if result.writes_outside:
+        measured["global_writes_outside"] = True
     if result.errors:
         first = result.findings[0].replace("\n", " ") if result.findings else "see the details"
         msg = f"{check.tool} reported {result.errors} error(s) ({WHAT[check.tool]}) on {case}; first: {first}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 from pathlib import Path
 
@@ -60,9 +61,12 @@ def test_real_lab_loads_with_its_values(spec):
     assert [c.id for c in spec.benchmark.checks] == ["speedup_vs_naive", "speed_vs_reference"]
     assert [c.id for c in spec.counters] == ["global_load_reduction"]
     assert spec.counters[0].full == 8.0 and spec.counters[0].zero == 2.0
+    assert [(s.id, s.tool, s.params["width"]) for s in spec.sanitizers] == [
+        ("memcheck_clean", "memcheck", 48), ("synccheck_clean", "synccheck", 48), ("racecheck_clean", "racecheck", 48)]
+    assert spec.sanitizers[0].time_limit_s == 120.0  # the default
     # defaults for sections the yaml leaves out
     assert spec.compile.flags == ("-O3",)
-    assert spec.max_points == 20
+    assert spec.max_points == 24
 
 
 def test_real_lab_loads_from_its_folder_too(spec):
@@ -308,7 +312,7 @@ def test_expected_solutions_load(expected):
     assert {"reference.cu", "student.cu", "tiled32.cu", "naive.cu", "missing_sync.cu", "wrong_prototype.cu"} <= set(by_name)
     ref = by_name["reference.cu"]
     assert ref.file == (ROOT / "reference" / "tiled_matmul" / "reference.cu").resolve()
-    assert ref.min_score == 20.0 and ref.max_score is None
+    assert ref.min_score == 24.0 and ref.max_score is None
     assert by_name["student.cu"].max_score == 0.0
     for sol in expected.solutions:
         assert sol.file.is_file(), sol.file
@@ -498,9 +502,17 @@ def test_text_parameter_used_as_a_size(lab_copy):
 SANITIZER = "\nsanitizers:\n  - {id: memcheck_clean, tool: memcheck, params: {width: 16}, seed: 5, points: 2}\n"
 
 
+def _with_sanitizers(lab_copy, section):
+    """The lab file with its own sanitizers section replaced by ``section``."""
+    text = re.sub(r"\nsanitizers:\n(?:(?:  .*|#.*)?\n)*", "\n", lab_copy.read_text())
+    assert "sanitizers:" not in text
+    return text + section
+
+
 def test_sanitizer_checks_load_and_count_points(lab_copy):
+    lab_copy.write_text(_with_sanitizers(lab_copy, ""))
     before = load_lab(lab_copy).max_points
-    lab_copy.write_text(lab_copy.read_text() + SANITIZER)
+    lab_copy.write_text(_with_sanitizers(lab_copy, SANITIZER))
     spec = load_lab(lab_copy)
     (check,) = spec.sanitizers
     assert (check.id, check.tool, dict(check.params), check.points) == ("memcheck_clean", "memcheck", {"width": 16}, 2)
@@ -508,13 +520,13 @@ def test_sanitizer_checks_load_and_count_points(lab_copy):
 
 
 def test_unknown_sanitizer_tool(lab_copy):
-    lab_copy.write_text(lab_copy.read_text() + SANITIZER.replace("tool: memcheck", "tool: memchek"))
+    lab_copy.write_text(_with_sanitizers(lab_copy, SANITIZER.replace("tool: memcheck", "tool: memchek")))
     err = spec_error(lab_copy)
     assert err.key == "sanitizers[0].tool" and "'memcheck'" in str(err) and "memchek" in str(err)
 
 
 def test_sanitizer_case_needs_the_launcher_parameters(lab_copy):
-    lab_copy.write_text(lab_copy.read_text() + SANITIZER.replace("{width: 16}", "{n: 16}"))
+    lab_copy.write_text(_with_sanitizers(lab_copy, SANITIZER.replace("{width: 16}", "{n: 16}")))
     err = spec_error(lab_copy)
     assert err.key == "sanitizers[0].params" and "unknown parameter 'width'" in str(err)
 
