@@ -25,7 +25,7 @@ from .errors import internal_error_message
 from .gpu import GpuProbe
 from .labs import load_problem
 from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for, secret_of
-from .outcome import CheckResult, KernelResources, LabReport, Outcome, Stage
+from .outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
 from .paths import default_cache_dir
 from .plan import fill_checks, launcher_prototype, planned_checks
 from .runner import Isolation, WorkerSession
@@ -36,7 +36,6 @@ from .submission import Submission
 
 #: Seconds spent waiting for the sanitizer and counter runs before timing (not a stage of its own).
 WAITING = "waiting_for_tools"
-GATE = "not graded: correctness checks failed (fix those first)"
 
 
 def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs: int | None = None) -> None:
@@ -200,6 +199,8 @@ class LabGrading:
             self._note_launched(result)
             self.checks.append(result)
             hung = result.measured.get("status") == "timeout"
+            if hung:  # it would hang under each sanitizer too, whose verdicts are gated now
+                sub.moot.set()
             if not counting and spec.counters and self.options.counters and result.outcome is Outcome.PASS:
                 counting = True
                 self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")

@@ -7,6 +7,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -63,14 +64,16 @@ def drain(fd: int, sink: CappedOutput) -> bool:
     return True
 
 
-def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen[bytes], deadline: float) -> int | None:
-    """Read every stream until all are closed and the process has ended; None past the deadline."""
+def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen[bytes], deadline: float,
+         stop: threading.Event | None = None) -> int | None:
+    """Read every stream until all are closed and the process has ended; None past the deadline
+    or once ``stop`` is set."""
     open_fds = set(streams)
     for fd in open_fds:
         os.set_blocking(fd, False)
     while True:
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or (stop is not None and stop.is_set()):
             kill_group(proc.pid)
             proc.wait()
             return None
@@ -92,10 +95,11 @@ def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen[bytes], deadli
 
 
 def run_capped(cmd: list[str], console: CappedOutput, time_limit_s: float, *, cwd: Path, env: dict[str, str],
-               pass_fds: tuple[int, ...] = (), pipes: dict[int, CappedOutput] | None = None) -> int | None:
+               pass_fds: tuple[int, ...] = (), pipes: dict[int, CappedOutput] | None = None,
+               stop: threading.Event | None = None) -> int | None:
     """Run ``cmd`` in a process group of its own with /dev/null as stdin, read its stdout and
     stderr into ``console`` and each read end in ``pipes`` into its sink, and kill the group when
-    it ends or at the limit. Returns its exit status, None if it was killed at the limit.
+    it ends, at the limit or once ``stop`` is set. Returns its exit status, None if it was killed.
 
     ``pass_fds`` (the write ends of ``pipes``) are closed here once the process has them; the
     read ends stay the caller's to close."""
@@ -107,7 +111,7 @@ def run_capped(cmd: list[str], console: CappedOutput, time_limit_s: float, *, cw
             os.close(fd)
     assert proc.stdout is not None
     try:
-        return pump({proc.stdout.fileno(): console, **(pipes or {})}, proc, time.monotonic() + time_limit_s)
+        return pump({proc.stdout.fileno(): console, **(pipes or {})}, proc, time.monotonic() + time_limit_s, stop)
     finally:
         kill_group(proc.pid)  # anything left behind in the group
         proc.stdout.close()

@@ -20,6 +20,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -396,7 +397,7 @@ class ToolRun:
 
 def run_under_tool(
     tool_cmd: list[str], task: Task, dirs: RunDirs, time_limit_s: float, isolation: Isolation,
-    extra_env: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None, stop: threading.Event | None = None,
 ) -> ToolRun:
     """``tool_cmd`` followed by a one-shot worker, in its own process group, killed at the limit.
 
@@ -416,7 +417,7 @@ def run_under_tool(
         env_extra = {**(extra_env or {}), "GRADER_CLOSE_FD": f"{log_w}:{os.fstat(log_w).st_ino}"}
         cmd, env = isolation.command(args, dirs, env_extra, read_also=inputs)
         code = run_capped(cmd, console, started + time_limit_s - time.monotonic(), cwd=dirs.outbox, env=env,
-                          pass_fds=(log_w,), pipes={log_r: log})
+                          pass_fds=(log_w,), pipes={log_r: log}, stop=stop)
     finally:
         os.close(log_r)
     return ToolRun(code, clean(log.text()), clean(console.text()), _read_result(dirs.outbox), time.monotonic() - started)

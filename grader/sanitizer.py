@@ -7,12 +7,13 @@ worker runs with plain ``cudaMalloc`` here and memcheck pads every allocation.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import toolchain
 from .correctness import tool_task
-from .outcome import CheckResult, Outcome, Stage
+from .outcome import GATE, CheckResult, Outcome, Stage
 from .runner import TOOL_LOG, Isolation, RunDirs, run_under_tool
 from .spec import SanitizerCheck, params_label
 from .submission import Submission
@@ -88,7 +89,7 @@ def parse(text: str) -> tuple[int, list[str]]:
 
 
 def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: str,
-        isolation: Isolation) -> SanitizerRun:
+        isolation: Isolation, stop: threading.Event | None = None) -> SanitizerRun:
     """Run one case task of the worker under ``compute-sanitizer --tool tool``.
 
     Its report comes through a pipe only the grader reads; what the program printed is not
@@ -100,7 +101,9 @@ def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: 
         str(exe), "--tool", tool, *TOOL_FLAGS[tool], "--error-exitcode", str(ERROR_EXIT),
         "--print-limit", "20", "--log-file", TOOL_LOG,
     ]
-    result = run_under_tool(cmd, task, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"})
+    result = run_under_tool(cmd, task, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"}, stop=stop)
+    if stop is not None and stop.is_set():
+        return SanitizerRun(skipped=GATE, seconds=result.seconds)
     text = _student_paths(result.log, source_name)
     if result.timed_out:
         return SanitizerRun(error=f"did not finish within {time_limit_s:g} s under compute-sanitizer and was killed",
@@ -126,9 +129,14 @@ def _student_paths(text: str, source_name: str) -> str:
 
 def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
     """One sanitizer check of the submission: pass when the tool reports nothing."""
+    if sub.moot.is_set():  # a correctness case hung: the verdict would be gated anyway
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE)
     dirs = sub.tool_dirs(f"sanitizer-{check.id}")
-    result = run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name, sub.isolation)
+    result = run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name, sub.isolation,
+                 sub.moot)
     case = params_label(check.params)
+    if result.skipped == GATE:
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE, duration_s=result.seconds)
     if result.skipped:
         return CheckResult(check.id, Stage.SANITIZER, Outcome.SKIPPED, 0, check.points, result.skipped)
     if result.error:

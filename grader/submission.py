@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -36,6 +37,8 @@ class Submission:
     limit_s: float  # the whole submission's limit, for messages
     secret: str  # mixed into the seeds of graded inputs
     gpu: GpuInfo
+    # set once a correctness case hangs: runs whose verdict is then moot (the sanitizers) stop
+    moot: threading.Event = field(default_factory=threading.Event, compare=False)
 
     def time_left(self, limit: float = math.inf) -> float:
         """Seconds a step may take: its own limit, within what is left of the submission's."""

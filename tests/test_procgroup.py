@@ -1,8 +1,10 @@
 import subprocess
+import threading
 import time
 from pathlib import Path
 
-from grader.procgroup import kill_group, live_members
+from grader.procgroup import kill_group, live_members, run_capped
+from grader.textutil import CappedOutput
 
 
 def _wait_for(predicate, timeout_s=5.0):
@@ -32,3 +34,21 @@ def test_killing_a_group_that_is_gone_is_harmless():
     proc = subprocess.Popen(["true"], start_new_session=True)
     proc.wait(5)
     assert kill_group(proc.pid)
+
+
+def test_a_run_stops_when_its_stop_event_is_set(tmp_path):
+    """A sanitizer run whose verdict became moot (the kernel hung in a correctness case) is killed
+    at once instead of at its time limit."""
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    console = CappedOutput(1 << 10, 1 << 10)
+    started = time.monotonic()
+    code = run_capped(["sh", "-c", "echo started; sleep 30"], console, 20, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, stop=stop)
+    assert code is None
+    assert time.monotonic() - started < 5
+    assert "started" in console.text()
+
+
+def test_a_run_without_a_stop_ends_with_its_exit_status(tmp_path):
+    console = CappedOutput(1 << 10, 1 << 10)
+    assert run_capped(["sh", "-c", "exit 3"], console, 20, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, stop=threading.Event()) == 3
