@@ -1,9 +1,12 @@
 """Regrade stability: every known solution of every lab graded N times, a fresh secret each time.
 
-    python benchmarks/regrade_stability.py [--regrades 10] [--lab LAB ...] [--no-ncu]
+    python benchmarks/regrade_stability.py [--regrades 10] [--lab LAB ...] [--no-ncu] [--sanitizers-every-time]
 
 Prints, per lab: how many check verdicts flipped between regrades (and which), and the spread of
-each speed ratio (min, median, max over the regrades). Target: 0 flips in 10 regrades on an H100.
+each speed ratio (min, median, max over the regrades), and how many solutions missed their
+expected verdicts in each regrade. Target: 0 flips in 10 regrades on an H100. The sanitizer checks
+(exact tools, a few seconds per solution) run in the first regrade only unless
+--sanitizers-every-time; the skipped runs count as no verdict, not as a flip.
 Then, for each lab's reference, the grader's median time against Nsight Compute's
 gpu__time_duration on the same benchmark case (target: within 5%); --no-ncu skips that.
 """
@@ -14,6 +17,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,7 +28,7 @@ from grader.build import baseline_library  # noqa: E402
 from grader.correctness import launcher_spec, write_inputs  # noqa: E402
 from grader.labs import find_lab, lab_ids, load_problem  # noqa: E402
 from grader.options import GradeOptions, archs_for, probe_for  # noqa: E402
-from grader.outcome import LabReport, Stage  # noqa: E402
+from grader.outcome import LabReport, Outcome, Stage  # noqa: E402
 from grader.paths import default_cache_dir  # noqa: E402
 from grader.runner import Isolation, RunDirs  # noqa: E402
 from grader.sandbox import Sandbox  # noqa: E402
@@ -33,13 +37,17 @@ from grader.validate import validate  # noqa: E402
 from grader.worker.protocol import case_task  # noqa: E402
 
 
-def regrade(spec: LabSpec, times: int) -> list[list[LabReport]]:
+def regrade(spec: LabSpec, times: int, sanitizers_every_time: bool) -> list[list[LabReport]]:
     """``times`` validate runs of the lab; each a report per known solution, in listed order."""
     runs = []
     for i in range(times):
-        options = GradeOptions(secret=os.urandom(16).hex())
-        runs.append([r.report for r in validate(spec, options)])
-        print(f"  [{spec.id}] regrade {i + 1}/{times} done", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        options = GradeOptions(secret=os.urandom(16).hex(), sanitizers=sanitizers_every_time or i == 0)
+        results = validate(spec, options)
+        runs.append([r.report for r in results])
+        missed = [r.report.submission for r in results if not r.ok]
+        print(f"  [{spec.id}] regrade {i + 1}/{times}: {time.monotonic() - started:.0f} s, "
+              f"{len(missed)} solution(s) off their expected verdicts {missed if missed else ''}", file=sys.stderr, flush=True)
     return runs
 
 
@@ -49,7 +57,8 @@ def flips(runs: list[list[LabReport]]) -> list[str]:
     for reports in runs:
         for report in reports:
             for check in report.checks:
-                seen[(report.submission, check.id)].add(check.outcome.value)
+                if check.outcome is not Outcome.SKIPPED:
+                    seen[(report.submission, check.id)].add(check.outcome.value)
     return [f"{sub}: {cid} ({'/'.join(sorted(v))})" for (sub, cid), v in sorted(seen.items()) if len(v) > 1]
 
 
@@ -88,6 +97,7 @@ def main() -> int:
     p.add_argument("--regrades", type=int, default=10)
     p.add_argument("--lab", action="append", dest="labs", metavar="LAB")
     p.add_argument("--no-ncu", action="store_true")
+    p.add_argument("--sanitizers-every-time", action="store_true")
     args = p.parse_args()
     if probe_for(GradeOptions()).gpu is None:
         print("needs a GPU: " + probe_for(GradeOptions()).reason, file=sys.stderr)
@@ -95,7 +105,7 @@ def main() -> int:
     total_flips = 0
     for lab_id in args.labs or lab_ids():
         spec = find_lab(lab_id)
-        runs = regrade(spec, args.regrades)
+        runs = regrade(spec, args.regrades, args.sanitizers_every_time)
         flipped = flips(runs)
         total_flips += len(flipped)
         print(f"== {lab_id}: {len(flipped)} flipped verdicts in {args.regrades} regrades of {len(runs[0])} solutions")

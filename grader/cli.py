@@ -81,6 +81,7 @@ def _grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gpu", action="store_true", help="run only the checks that need no GPU")
     p.add_argument("--no-timing", action="store_true", help="skip the speed checks")
     p.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
+    p.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer checks")
     p.add_argument("--cache-dir", type=Path, help="build cache (default: ~/.cache/cuda-lab-grader or $GRADER_CACHE_DIR)")
     p.add_argument("--keep-work", type=Path, help="keep the worker's files (inputs, outputs, logs) under this folder")
     p.add_argument("--no-sandbox", action="store_true", help="run compile and run steps outside bubblewrap even where it is installed")
@@ -105,6 +106,7 @@ def _options(args: argparse.Namespace) -> GradeOptions:
         cache_dir=args.cache_dir,
         timing=not args.no_timing,
         counters=not args.no_counters,
+        sanitizers=not args.no_sanitizers,
         gpu=not args.no_gpu,
         keep_work=args.keep_work,
         sandbox=not args.no_sandbox,

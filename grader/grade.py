@@ -148,7 +148,10 @@ class LabGrading:
         # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
         # correctness cases (their counts do not depend on what else runs); timing waits for them.
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"{spec.id}-tools")
-        if spec.sanitizers:
+        if spec.sanitizers and not options.sanitizers:
+            self.background.append(_done([CheckResult(c.id, Stage.SANITIZER, Outcome.SKIPPED, 0, c.points,
+                                                      "compute-sanitizer turned off (--no-sanitizers)") for c in spec.sanitizers]))
+        elif spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
             self._background(Stage.SANITIZER, lambda: [sanitizer.grade(sub, check) for check in spec.sanitizers])
         self.worker = WorkerSession(sub.student_dirs(), isolation)
@@ -353,6 +356,12 @@ def stray_writes(sanitizer_checks: list[CheckResult]) -> str:
         return ""
     return (f"not timed: memcheck saw stores outside every buffer ({seen}), which in the large timed runs "
             "can overwrite the inputs of your kernel or of the baselines; fix those first")
+
+
+def _done(results: list[CheckResult]) -> Future[list[CheckResult]]:
+    future: Future[list[CheckResult]] = Future()
+    future.set_result(results)
+    return future
 
 
 def _count(sub: Submission) -> list[CheckResult]:

@@ -30,6 +30,7 @@ class GradeOptions:
     cache_dir: Path | None = None
     timing: bool = True
     counters: bool = True
+    sanitizers: bool = True
     gpu: bool = True  # False: run only the checks that need no GPU
     keep_work: Path | None = None  # keep worker files under this folder
     sandbox: bool = True  # run compile and run steps in bubblewrap where it is installed

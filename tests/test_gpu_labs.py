@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,26 @@ def test_two_grader_processes_profile_the_same_gpu_in_turn(tmp_path):
         counted = [c for c in checks if c["stage"] == "counters"]
         assert len(counted) == 2 and all(c["outcome"] == "pass" for c in counted), counted
         assert counted[1]["measured"]["profile_run_of"] == counted[0]["id"]
+
+
+@pytest.mark.gpu
+def test_sanitizers_can_be_turned_off():
+    spec = find_lab("tiled_matmul")
+    report = grade(spec, ROOT / "reference" / "tiled_matmul" / "reference.cu",
+                   GradeOptions(timing=False, counters=False, sanitizers=False))
+    sanitized = [c for c in report.checks if c.stage.value == "sanitizer"]
+    assert sanitized and all(c.outcome is Outcome.SKIPPED and "--no-sanitizers" in c.message for c in sanitized)
+    assert all(c.outcome is Outcome.PASS for c in report.checks if c.stage.value == "correctness")
+
+
+@pytest.mark.gpu
+def test_a_hung_kernel_does_not_wait_out_the_sanitizer_limits():
+    """The infinite loop hangs its first case; the sanitizer runs that started beside it are
+    stopped instead of each waiting out its 120 s limit."""
+    spec = find_lab("tiled_matmul")
+    started = time.monotonic()
+    report = grade(spec, spec.root / "solutions" / "wrong" / "infinite_loop.cu", GradeOptions(timing=False, counters=False))
+    took = time.monotonic() - started
+    sanitized = [c for c in report.checks if c.stage.value == "sanitizer"]
+    assert sanitized and all(c.outcome is Outcome.FAIL for c in sanitized)
+    assert took < 60, took
