@@ -292,7 +292,9 @@ class LabGrading:
 
     @staticmethod
     def _gated(check: CheckResult) -> CheckResult:
-        if check.outcome is not Outcome.PASS:
+        """What a check earns once a correctness case failed: a pass or an error (the same crash
+        under a sanitizer, say) is not graded; a failure keeps its findings."""
+        if check.outcome not in (Outcome.PASS, Outcome.ERROR):
             return check
         return CheckResult(check.id, check.stage, Outcome.FAIL, 0, check.max_points, GATE)
 

@@ -380,7 +380,15 @@ def test_a_student_time_below_the_graders_round_trip_is_raised_to_it():
     assert bound_by_round_trips(honest, [2.2, 2.3], trusted) == 0 and honest == [2.0, 2.1]
     forged = [0.001, 2.0]
     assert bound_by_round_trips(forged, [2.2, 2.3], trusted) == 1
-    assert forged[0] == pytest.approx(2.2 - 0.2 - 0.25) and forged[1] == 2.0
+    assert forged[0] == pytest.approx(2.2 * 0.98 - 0.2 - 0.25) and forged[1] == 2.0
+
+
+def test_a_long_honest_call_is_not_taken_for_a_forged_one():
+    # a 62 ms kernel: its worker wakes later after the long wait than after the baselines' 5 ms calls
+    trusted = [([5.0, 5.1, 4.9], [5.15, 5.3, 5.05])]
+    honest = [61.76, 61.80]
+    assert bound_by_round_trips(honest, [62.4, 62.6], trusted) == 0 and honest == [61.76, 61.80]
+    assert bound_by_round_trips([50.0], [62.4], trusted) == 1  # 20% below its round trip is not slack
 
 
 # ------------------------------------------------------------------ 10. smaller ones

@@ -1,6 +1,5 @@
-// Known wrong: the letter test lets the bytes '}', '~', DEL and 128 through (pos < 32), and
-// their bin, 7, is one past the end of the shared bins. The merge reads only bins 0..6, so the
-// counts are right; memcheck sees the writes past the shared array.
+// Known wrong: counts right, then the first warp of block 0 also stores 32 zeros 16 KiB past the
+// end of bins. No correctness case can see it (the guard canaries are 64 words wide); memcheck can.
 #define BLOCK_SIZE 256
 #define BLOCKS_PER_SM 8
 
@@ -12,7 +11,7 @@ __global__ void histogram_privatized(const unsigned char* text, long long n, uns
     long long stride = (long long)blockDim.x * gridDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         unsigned int pos = (unsigned int)text[i] - 'a';  // bytes below 'a' wrap to large values
-        if (pos < 32) atomicAdd(&bins_s[pos / 4], 1u);
+        if (pos < 26) atomicAdd(&bins_s[pos / 4], 1u);
     }
     __syncthreads();
 
@@ -20,6 +19,7 @@ __global__ void histogram_privatized(const unsigned char* text, long long n, uns
         unsigned int count = bins_s[threadIdx.x];
         if (count > 0) atomicAdd(&bins[threadIdx.x], count);
     }
+    if (blockIdx.x == 0 && threadIdx.x < 32) bins[NUM_BINS + 4096 + threadIdx.x] = 0;
 }
 
 extern "C" void histogram(const unsigned char* text, long long n, unsigned int* bins) {
