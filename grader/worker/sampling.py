@@ -52,6 +52,9 @@ class TimingSession:
         self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
         self.count = 0
         self.tampered: set[str] = set()
+        # once before any timed call: the comparison's GPU kernels are compiled now (the worker's
+        # kernel cache starts empty), not inside the first call's round trip, which bounds its time
+        self._modified_inputs()
 
     def _refill(self) -> None:
         cp = self.cp
@@ -86,11 +89,14 @@ class TimingSession:
         lib.check()  # device-wide synchronize: work left on other streams is waited for
         wall = (time.perf_counter() - t0) * 1e3
         ms = cp.cuda.get_elapsed_time(self.start, self.end)
-        for key, value in self.bufs.inputs.items():
-            same = np.array_equal(value, self.pristine[key]) if isinstance(value, np.ndarray) else bool(cp.array_equal(value, self.pristine[key]))
-            if not same:
-                self.tampered.add(key)
+        self.tampered |= self._modified_inputs()
         return {"status": Status.OK.value, "ms": ms, "wall_ms": wall}
+
+    def _modified_inputs(self) -> set[str]:
+        cp = self.cp
+        return {key for key, value in self.bufs.inputs.items()
+                if not (np.array_equal(value, self.pristine[key]) if isinstance(value, np.ndarray)
+                        else bool(cp.array_equal(value, self.pristine[key])))}
 
     def save(self, out_dir: Path) -> Reply:
         """The inputs (the grader's copy) and outputs of the last call, for the parent to check."""

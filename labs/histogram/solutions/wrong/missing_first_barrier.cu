@@ -1,20 +1,21 @@
-// Known wrong: one warp per block, and no barrier between zeroing the shared bins and counting
-// into them, or between counting and merging, on the belief that one warp runs in step. The
-// counts come out right on an H100, but since Volta nothing orders those accesses: racecheck
-// reports the hazards.
-#define BLOCK_SIZE 32
-#define BLOCKS_PER_SM 64
+// Known wrong: no barrier between zeroing the shared bins and counting into them. The first warp
+// zeroes them long before any other warp's first byte arrives from global memory, so the counts
+// come out right on an H100, but nothing orders the zeroing before the other warps' atomics:
+// racecheck reports the hazard.
+#define BLOCK_SIZE 256
+#define BLOCKS_PER_SM 8
 
 __global__ void histogram_privatized(const unsigned char* text, long long n, unsigned int* bins) {
     __shared__ unsigned int bins_s[NUM_BINS];
     if (threadIdx.x < NUM_BINS) bins_s[threadIdx.x] = 0;
-    // no __syncthreads(): a block is one warp
+    // missing: __syncthreads();
 
     long long stride = (long long)blockDim.x * gridDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         unsigned int pos = (unsigned int)text[i] - 'a';  // bytes below 'a' wrap to large values
         if (pos < 26) atomicAdd(&bins_s[pos / 4], 1u);
     }
+    __syncthreads();
 
     if (threadIdx.x < NUM_BINS) {
         unsigned int count = bins_s[threadIdx.x];
