@@ -101,6 +101,7 @@ class LabGrading:
         self.sub: Submission | None = None
         self.launched: set[str] | None = set()  # kernels the correctness cases ran; None: unknown
         self.cases_run = 0  # correctness cases whose every run completed
+        self.cases_cut = 0  # cases that ended without saying what they launched (a hang, a crash)
         self.worker: WorkerSession | None = None
         self.baselines: WorkerSession | None = None
         self.background: list[Future[list[CheckResult]]] = []
@@ -212,6 +213,8 @@ class LabGrading:
     def _note_launched(self, result: CheckResult) -> None:
         """Add the kernels a correctness case ran to what the static checks judge."""
         names = result.measured.get("kernels_launched")
+        if names is None:
+            self.cases_cut += 1
         if self.launched is None or names is None:
             return
         self.cases_run += 1
@@ -226,6 +229,8 @@ class LabGrading:
             return
         if self.launched and not self.launched & {k.name for k in sub.kernels}:
             return  # names that match no kernel of the file: keep the file-wide verdicts
+        if not self.launched and self.cases_cut:
+            return  # the cases that completed launched nothing (n = 0, say) and the rest hung or crashed
         judged = {c.id: c for c in static_checks(self.spec, sub.library, sub.kernels, self.launched)}
         self.checks = [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in self.checks]
 
