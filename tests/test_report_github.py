@@ -1,5 +1,6 @@
 """Reports as GitHub's JUnit reporters and job summaries read them: the common JUnit schema, test
-names that stay the same from push to push, and compile errors annotated on the student's line."""
+names that stay the same from push to push, compile errors annotated on the student's line, and
+CUDA identifiers shown as code in the Markdown summary."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import pytest
 import xmlschema
 from junitparser import Error, JUnitXml, TestSuite
 from test_report import make_report
-from test_report_injection import hostile_report
+from test_report_injection import hostile_report, render_github
 
 from grader.build import error_location
 from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage
 from grader.repo import grade_repo
 from grader.report import data as json_report
-from grader.report import junit
+from grader.report import junit, text
 
 DATA = Path(__file__).resolve().parent / "data"
 XSD = DATA / "junit-10.xsd"
@@ -185,3 +186,48 @@ def test_location_file_is_one_clean_line(tmp_path):
     (case,) = next(iter(_Xml.fromfile(str(path))))
     assert case.file == r"labs/x/a\x1b[31m\n.cu"
     assert b"\x1b" not in path.read_bytes()
+
+
+# ------------------------------------------------------------------ CUDA identifiers in the Markdown summary
+
+HINT = "no kernel reads constant memory. Declare the mask as a __constant__ array (sized MAX_MASK_WIDTH)"
+
+
+def _markdown(message: str) -> str:
+    c = CheckResult("mask_in_constant_memory", Stage.STATIC, Outcome.FAIL, 0, 2, message)
+    return text.markdown([LabReport("memory_types", "Memory types", "labs/memory_types/student.cu", (c,))])
+
+
+def _row(md: str):
+    root = render_github(md)
+    (table,) = root.iter("table")
+    (*_, result_cell) = table.iter("td")
+    return root, result_cell
+
+
+def test_constant_in_a_hint_renders_as_code_not_bold():
+    root, cell = _row(_markdown(HINT))
+    assert [c.text for c in cell.iter("code")] == ["__constant__"]
+    assert cell.text == HINT
+    assert not list(cell.iter("strong")) and not list(cell.iter("em"))
+    assert not [el for el in root.iter("strong") if "constant" in el.text]
+
+
+def test_the_old_rendering_made_it_bold():
+    root = render_github("| a |\n|---|\n| Declare the mask as a __constant__ array |\n")
+    assert [s.text for s in root.iter("strong")] == ["constant"]
+
+
+@pytest.mark.parametrize("message, codes, shown", [
+    ("call __syncthreads() after the loads", ["__syncthreads()"], None),
+    ("a kernel reads `__constant__` data", ["__constant__"], "a kernel reads __constant__ data"),
+    ("__shared__ tiles and __restrict__ pointers; __ldg(p)", ["__shared__", "__restrict__", "__ldg"], None),
+    ("x__y__ and a_b__c and __ alone and ___", [], None),  # not identifiers of their own
+    ("``__shared__`` | __shared__|x **__bold__** `` ` ``", ["__shared__", "__shared__", "__bold__"],
+     "`__shared__` | __shared__|x **__bold__** `` ` ``"),
+])
+def test_cuda_identifiers_are_code_and_the_rest_stays_text(message, codes, shown):
+    _, cell = _row(_markdown(message))
+    assert [c.text for c in cell.iter("code")] == codes
+    assert cell.text == (shown or message)
+    assert not list(cell.iter("strong")) and not list(cell.iter("em"))
