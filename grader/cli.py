@@ -81,7 +81,8 @@ def _grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gpu", action="store_true", help="run only the checks that need no GPU")
     p.add_argument("--no-timing", action="store_true", help="skip the speed checks")
     p.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
-    p.add_argument("--cache-dir", type=Path, help="build cache (default: ~/.cache/cuda-lab-grader or $GRADER_CACHE_DIR)")
+    p.add_argument("--cache-dir", type=Path, help="build cache (default: $GRADER_CACHE_DIR, else $XDG_CACHE_HOME/cuda-lab-grader, "
+                   "else ~/.cache/cuda-lab-grader)")
     p.add_argument("--keep-work", type=Path, help="keep the worker's files (inputs, outputs, logs) under this folder")
     p.add_argument("--no-sandbox", action="store_true", help="run compile and run steps outside bubblewrap even where it is installed")
     p.add_argument("--time-limit", type=_seconds, default=GradeOptions.submission_limit_s, metavar="SECONDS",
