@@ -167,3 +167,16 @@ def test_the_cache_dir_variable_moves_only_the_build_cache(monkeypatch, tmp_path
     monkeypatch.setenv("GRADER_CACHE_DIR", str(tmp_path / "builds"))
     assert paths.default_cache_dir() == tmp_path / "builds"
     assert errors.internal_error_log().parent == tmp_path / "xdg" / "cuda-lab-grader"
+
+
+# ------------------------------------------------------------------ licence
+
+
+def test_the_license_file_is_the_one_pyproject_names():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^license = \{ text = "MIT" \}$', pyproject, re.M)  # (tomllib is 3.11+)
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.startswith("MIT License\n\nCopyright (c) ")
+    assert "Permission is hereby granted, free of charge, to any person obtaining a copy" in text
+    assert "The above copyright notice and this permission notice shall be included in all" in text
+    assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text
