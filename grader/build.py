@@ -17,7 +17,7 @@ from typing import Any
 
 from . import toolchain
 from .errors import GraderError
-from .outcome import KernelResources
+from .outcome import KernelResources, SourceLocation
 from .paths import default_cache_dir
 from .procgroup import run_capped
 from .safeio import SOURCE_LIMIT_BYTES, read_file
@@ -54,6 +54,7 @@ class BuildResult:
     cached: bool
     seconds: float
     timed_out: bool = False
+    error_at: SourceLocation | None = None  # the first error in the student's own file
 
 
 def gencode_flags(archs: tuple[str, ...]) -> list[str]:
@@ -125,7 +126,8 @@ def build(
     if meta_path.exists():
         try:
             meta = json.loads(meta_path.read_text())
-            return _result_from_meta(final, meta, cached=True, seconds=time.monotonic() - started)
+            return _result_from_meta(final, meta, str(_compiled_name(display, source)), cached=True,
+                                     seconds=time.monotonic() - started)
         except (OSError, ValueError, KeyError):
             shutil.rmtree(final, ignore_errors=True)
 
@@ -133,9 +135,7 @@ def build(
     work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
     try:
         # Compile a copy named as the student knows it, so messages carry the right file name.
-        rel = Path(display)
-        if rel.is_absolute() or ".." in rel.parts:
-            rel = Path(source.name)
+        rel = _compiled_name(display, source)
         local_src = work / rel
         local_src.parent.mkdir(parents=True, exist_ok=True)
         local_src.write_bytes(src_bytes)
@@ -170,16 +170,23 @@ def build(
         }
         if timed_out:  # do not cache a timeout: the machine may just have been busy
             shutil.rmtree(work, ignore_errors=True)
-            return _result_from_meta(work, meta, cached=False, seconds=time.monotonic() - started)
+            return _result_from_meta(work, meta, str(rel), cached=False, seconds=time.monotonic() - started)
         (work / "build.json").write_text(json.dumps(meta, indent=1))
         try:
             os.rename(work, final)  # publish atomically
         except OSError:  # someone else published the same build first
             shutil.rmtree(work, ignore_errors=True)
-        return _result_from_meta(final, meta, cached=False, seconds=time.monotonic() - started)
+        return _result_from_meta(final, meta, str(rel), cached=False, seconds=time.monotonic() - started)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+def _compiled_name(display: str, source: Path) -> Path:
+    """The path the copy is compiled under (and so the one nvcc's messages name): the display
+    name where it is a path inside the build folder, else the file's own name."""
+    rel = Path(display)
+    return Path(source.name) if rel.is_absolute() or ".." in rel.parts else rel
 
 
 def _run_compiler(cmd: list[str], work: Path, time_limit_s: float) -> tuple[str, int | None]:
@@ -206,7 +213,7 @@ def _read_source(source: Path) -> bytes:
     return data
 
 
-def _result_from_meta(folder: Path, meta: dict[str, Any], *, cached: bool, seconds: float) -> BuildResult:
+def _result_from_meta(folder: Path, meta: dict[str, Any], compiled_as: str, *, cached: bool, seconds: float) -> BuildResult:
     lib = folder / "lib.so"
     return BuildResult(
         ok=bool(meta["ok"]),
@@ -218,6 +225,7 @@ def _result_from_meta(folder: Path, meta: dict[str, Any], *, cached: bool, secon
         cached=cached,
         seconds=seconds,
         timed_out=bool(meta.get("timed_out")),
+        error_at=None if meta["ok"] else error_location(meta["log"], compiled_as),
     )
 
 
@@ -288,6 +296,20 @@ def student_log(output: str, max_lines: int = 60) -> str:
             line = f"{m['file']}:{m['line']}: {m['kind']}{m['rest']}"
         lines.append(line)
     return cap_lines("\n".join(lines), max_lines)
+
+
+_ERROR_AT = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?:\d+:)? (?:catastrophic error|fatal error|error)\b")
+
+
+def error_location(log: str, student_file: str) -> SourceLocation | None:
+    """The first error that :func:`student_log` shows in ``student_file`` (nvcc's front end
+    writes ``file(12): error``, the host compiler ``file:12:5: error``); None when every error is
+    elsewhere (the lab's header, the linker)."""
+    for line in log.splitlines():
+        m = _ERROR_AT.match(line.strip())
+        if m and m["file"] == student_file:
+            return SourceLocation(student_file, int(m["line"]))
+    return None
 
 
 def summarize_errors(output: str, display: str) -> str:

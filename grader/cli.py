@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, labdoc, readme
+from . import __version__, completion, labdoc, readme
 from .errors import GraderError, internal_error_id, internal_error_log
 from .grade import grade
 from .labs import find_lab, lab_ids
@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("labs", help="list the labs")
     c = sub.add_parser("check-lab", help="load a lab's YAML and report any error in it")
     c.add_argument("lab", help="lab id or path to lab.yaml")
+
+    s = sub.add_parser("completion", help="print a shell completion script (bash, zsh or fish)",
+                       epilog='bash: eval "$(cuda-grader completion bash)" in ~/.bashrc; '
+                              "zsh: cuda-grader completion zsh > ~/.zfunc/_cuda-grader with fpath+=(~/.zfunc) before compinit; "
+                              "fish: cuda-grader completion fish > ~/.config/fish/completions/cuda-grader.fish")
+    s.add_argument("shell", choices=completion.SHELLS, help="the shell to complete for")
     return p
 
 
@@ -82,7 +88,8 @@ def _grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-timing", action="store_true", help="skip the speed checks")
     p.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
     p.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer checks")
-    p.add_argument("--cache-dir", type=Path, help="build cache (default: ~/.cache/cuda-lab-grader or $GRADER_CACHE_DIR)")
+    p.add_argument("--cache-dir", type=Path, help="build cache (default: $GRADER_CACHE_DIR, else $XDG_CACHE_HOME/cuda-lab-grader, "
+                   "else ~/.cache/cuda-lab-grader)")
     p.add_argument("--keep-work", type=Path, help="keep the worker's files (inputs, outputs, logs) under this folder")
     p.add_argument("--no-sandbox", action="store_true", help="run compile and run steps outside bubblewrap even where it is installed")
     p.add_argument("--time-limit", type=_seconds, default=GradeOptions.submission_limit_s, metavar="SECONDS",
@@ -223,6 +230,11 @@ def _write_reports(reports: list[LabReport], args: argparse.Namespace) -> None:
             fh.write(md)
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    sys.stdout.write(completion.script(_parser(), args.shell))
+    return EXIT_OK
+
+
 def cmd_labs(_: argparse.Namespace) -> int:
     for lab_id in lab_ids():
         spec = find_lab(lab_id)
@@ -240,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
         "grade": cmd_grade, "grade-repo": cmd_grade_repo, "validate": cmd_validate, "readme": cmd_readme,
-        "labs": cmd_labs, "check-lab": cmd_check_lab,
+        "labs": cmd_labs, "check-lab": cmd_check_lab, "completion": cmd_completion,
     }[args.command]
     try:
         return handler(args)

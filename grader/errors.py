@@ -7,6 +7,8 @@ import traceback
 import uuid
 from pathlib import Path
 
+from .paths import user_cache_dir
+
 
 class GraderError(Exception):
     """A problem with the user's input: the message names the file and what is wrong.
@@ -47,5 +49,6 @@ def internal_error_message(exc: BaseException) -> str:
 
 
 def internal_error_log() -> Path:
-    """Where internal errors' traces go: ``GRADER_LOG`` or the user's cache folder."""
-    return Path(os.environ.get("GRADER_LOG", Path.home() / ".cache" / "cuda-lab-grader" / "internal-errors.log"))
+    """Where internal errors' traces go: ``GRADER_LOG``, else the grader's folder in the user's
+    cache (which follows ``XDG_CACHE_HOME``, as the build cache does)."""
+    return Path(os.environ.get("GRADER_LOG") or user_cache_dir() / "internal-errors.log")

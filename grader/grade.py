@@ -124,7 +124,8 @@ class LabGrading:
             message = build.message
             if f'"{spec.launcher.name}"' in message or f"`{spec.launcher.name}`" in message:
                 message += f"; the launcher must be exactly: {launcher_prototype(spec)}"
-            self.checks.append(CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message, build.log, duration_s=build.seconds))
+            self.checks.append(CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message, build.log,
+                                           duration_s=build.seconds, location=build.error_at))
             self.checks += fill_checks(spec, self.checks, set(Stage), Outcome.FAIL, "not graded: the file did not compile")
             self._done = True
             return self

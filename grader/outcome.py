@@ -30,6 +30,17 @@ class Stage(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class SourceLocation:
+    """Where in the student's file a check points (a compile error's first line in that file).
+
+    ``file`` is the path as the student knows it: relative to their repository.
+    """
+
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
 class CheckResult:
     """One graded check, as every report renders it."""
 
@@ -42,13 +53,15 @@ class CheckResult:
     details: str = ""
     measured: Mapping[str, object] = field(default_factory=dict)
     duration_s: float = 0.0
+    location: SourceLocation | None = None
 
     @property
     def title(self) -> str:
-        """The name shown by JUnit viewers, points included (they do not show properties)."""
+        """The name shown by JUnit viewers: the check and what it is worth (they do not show
+        properties). The same whatever was earned, so a test keeps its name from run to run."""
         if not self.max_points:
             return self.id
-        return f"{self.id} {fmt_points(self.points)}/{fmt_points(self.max_points)} pts"
+        return f"{self.id} ({fmt_points(self.max_points)} pts)"
 
 
 def fmt_points(x: float) -> str:

@@ -15,12 +15,17 @@ def labs_dir() -> Path:
     return Path(os.environ.get("GRADER_LABS_DIR", PROJECT_ROOT / "labs"))
 
 
-def default_cache_dir() -> Path:
-    env = os.environ.get("GRADER_CACHE_DIR")
-    if env:
-        return Path(env)
+def user_cache_dir() -> Path:
+    """The grader's folder in the user's cache: ``$XDG_CACHE_HOME/cuda-lab-grader``, by default
+    ``~/.cache/cuda-lab-grader``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "cuda-lab-grader"
+
+
+def default_cache_dir() -> Path:
+    """The build cache: ``GRADER_CACHE_DIR``, else :func:`user_cache_dir`."""
+    env = os.environ.get("GRADER_CACHE_DIR")
+    return Path(env) if env else user_cache_dir()
 
 
 def shown(path: Path, root: Path | None = None) -> str:

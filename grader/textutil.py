@@ -59,6 +59,23 @@ def markdown_text(text: str) -> str:
     return _MD_AUTOLINK.sub(lambda m: "\\" + m.group(0), text.translate(_MD_ESCAPES))
 
 
+# A CUDA identifier that starts with two underscores (``__constant__``, ``__shared__``,
+# ``__syncthreads()``), with the backticks of a message that already quotes it: GitHub would
+# render ``__constant__`` as bold "constant", and an escaped one is still not code.
+_CUDA_IDENTIFIER = re.compile(r"`(?P<quoted>__[A-Za-z0-9_]+(?:\(\))?)`|(?<![\w`])(?P<bare>__[A-Za-z0-9_]*[A-Za-z0-9][A-Za-z0-9_]*(?:\(\))?)")
+
+
+def markdown_prose(text: str, *, in_table: bool = False) -> str:
+    """``text`` as inline Markdown that renders as itself (as :func:`markdown_text`), with CUDA's
+    double-underscore identifiers as code spans."""
+    out, last = [], 0
+    for m in _CUDA_IDENTIFIER.finditer(text):
+        out += [markdown_text(text[last:m.start()]), markdown_code(m["quoted"] or m["bare"], in_table=in_table)]
+        last = m.end()
+    out.append(markdown_text(text[last:]))
+    return "".join(out)
+
+
 def markdown_code(text: str, *, in_table: bool = False) -> str:
     """``text`` as a code span whose delimiter is longer than any backtick run inside it."""
     ticks = "`" * (_longest_backtick_run(text) + 1)

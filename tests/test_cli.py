@@ -87,8 +87,8 @@ def test_grade_writes_reports(graded):
     assert all(c.result[0].message == NO_GPU_REASON for c in skipped)
     names = [c.name for c in suite]
     assert names[0] == "compile"
-    assert "correctness[width=16] 0/2 pts" in names
-    assert "shared_memory_tiles 2/2 pts" in names
+    assert "correctness[width=16] (2 pts)" in names
+    assert "shared_memory_tiles (2 pts)" in names
     props = {p.name: p.value for p in suite.properties()}
     assert props["score"] == "2" and props["max_score"] == "20" and props["skipped_points"] == "18"
     assert props["archs"] == "sm_90"

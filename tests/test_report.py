@@ -55,7 +55,7 @@ def test_report_scores():
     assert report.max_score == 12
     assert report.skipped_points == 2
     assert report.checks[0].title == "compile"  # unscored: no points suffix
-    assert report.checks[5].title == "speedup_vs_naive 1.5/2 pts"
+    assert report.checks[5].title == "speedup_vs_naive (2 pts)"  # the maximum, not what was earned
 
 
 # ------------------------------------------------------------------ JUnit
@@ -89,34 +89,36 @@ def test_junit_suite_and_testcases(junit_file):
     cases = {c.name: c for c in suite}
     assert list(cases) == [
         "compile",
-        "shared_memory_tiles 2/2 pts",
-        "correctness[width=16] 2/2 pts",
-        "correctness[width=48] 0/2 pts",
-        "correctness[width=112] 0/2 pts",
-        "speedup_vs_naive 1.5/2 pts",
-        "global_load_reduction 0/2 pts",
+        "shared_memory_tiles (2 pts)",
+        "correctness[width=16] (2 pts)",
+        "correctness[width=48] (2 pts)",
+        "correctness[width=112] (2 pts)",
+        "speedup_vs_naive (2 pts)",
+        "global_load_reduction (2 pts)",
     ]
-    assert cases["correctness[width=16] 2/2 pts"].classname == "tiled_matmul.correctness"
-    assert cases["correctness[width=16] 2/2 pts"].time == 0.25
-    assert cases["correctness[width=16] 2/2 pts"].is_passed
-    assert cases["shared_memory_tiles 2/2 pts"].result == []
+    assert cases["correctness[width=16] (2 pts)"].classname == "tiled_matmul.correctness"
+    assert cases["correctness[width=16] (2 pts)"].time == 0.25
+    assert cases["correctness[width=16] (2 pts)"].is_passed
+    assert cases["shared_memory_tiles (2 pts)"].result == []
 
-    (failure,) = cases["correctness[width=48] 0/2 pts"].result
+    # what was earned leads the message of a failure or error
+    (failure,) = cases["correctness[width=48] (2 pts)"].result
     assert isinstance(failure, Failure)
-    assert failure.message == "P: 3 of 2304 elements wrong | red  bell "
+    assert failure.message == "0/2 pts: P: 3 of 2304 elements wrong | red  bell "
     assert failure.type == "failure"
 
-    (error,) = cases["correctness[width=112] 0/2 pts"].result
+    (error,) = cases["correctness[width=112] (2 pts)"].result
     assert isinstance(error, Error)
-    assert error.message == "CUDA error: cudaErrorIllegalAddress"
+    assert error.message == "0/2 pts: CUDA error: cudaErrorIllegalAddress"
     assert error.text == "output of your program:\nred  bell "
 
-    (skipped,) = cases["global_load_reduction 0/2 pts"].result
+    (skipped,) = cases["global_load_reduction (2 pts)"].result
     assert isinstance(skipped, Skipped)
     assert skipped.message == "needs a GPU: none here"
 
-    (partial,) = cases["speedup_vs_naive 1.5/2 pts"].result
+    (partial,) = cases["speedup_vs_naive (2 pts)"].result
     assert isinstance(partial, Failure)
+    assert partial.message == "1.5/2 pts: 1.20x the speed of the naive kernel"
 
     # details of a passing check go to system-out
     assert cases["compile"].system_out == "a.cu:3: warning: unused"

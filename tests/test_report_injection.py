@@ -337,7 +337,7 @@ def test_junit_round_trips_without_dangerous_characters(tmp_path):
     (failure,), (error,) = [case.result for case in suite]
     assert isinstance(failure, Failure) and isinstance(error, Error)
     for result in (failure, error):
-        assert result.message == "wrongFAKE PASS end"
+        assert result.message == "0/1 pts: wrongFAKE PASS end"
         assert result.text == "line 1over\nline 2\nline 3 "
     assert clean_line(message) == "wrongFAKE PASS end"
     assert cap_lines(clean(details), 60) == "line 1over\nline 2\nline 3 "

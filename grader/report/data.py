@@ -28,6 +28,7 @@ def as_dict(report: LabReport) -> dict[str, Any]:
                 "details": c.details,
                 "measured": dict(c.measured),
                 "duration_s": round(c.duration_s, 4),
+                "location": dataclasses.asdict(c.location) if c.location else None,
             }
             for c in report.checks
         ],

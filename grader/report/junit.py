@@ -1,11 +1,17 @@
-"""JUnit XML: one testsuite per lab, one testcase per check; outcomes map here and nowhere else."""
+"""JUnit XML: one testsuite per lab, one testcase per check; outcomes map here and nowhere else.
+
+The document follows the Jenkins xUnit plugin's ``junit-10.xsd``, the schema GitHub's JUnit
+reporters are written against, with one addition that those reporters read and the schema
+predates: a check that points into the student's file (a compile error) carries ``file`` and
+``line`` on its testcase, so the annotation lands on that line.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Iterable
 
-from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
+from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, Skipped, TestCase, TestSuite
 
 from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..textutil import cap_lines, clean, clean_line, one_line
@@ -13,16 +19,43 @@ from ..textutil import cap_lines, clean, clean_line, one_line
 MAX_DETAIL_LINES = 60
 
 
+class LocatedCase(TestCase):
+    """A testcase that may name the file and line it is about (read by GitHub's JUnit reporters)."""
+
+    file = Attr()
+    line = IntAttr()
+
+
 def _result(check: CheckResult) -> Failure | Error | Skipped | None:
-    """The one place where outcomes become JUnit elements."""
+    """The one place where outcomes become JUnit elements.
+
+    A failure or error message starts with the points earned: the test's name carries only the
+    maximum, so that it stays the same from run to run.
+    """
     message = clean_line(check.message)
+    earned = f"{fmt_points(check.points)}/{fmt_points(check.max_points)} pts: " if check.max_points else ""
     if check.outcome is Outcome.FAIL:
-        return Failure(message, "failure")
+        return Failure(earned + message, "failure")
     if check.outcome is Outcome.ERROR:
-        return Error(message, "error")
+        return Error(earned + message, "error")
     if check.outcome is Outcome.SKIPPED:
         return Skipped(message)
     return None
+
+
+def testcase(lab: str, check: CheckResult) -> LocatedCase:
+    case = LocatedCase(check.title, f"{lab}.{check.stage.value}", round(check.duration_s, 3))
+    if check.location is not None:
+        case.file = one_line(check.location.file)
+        case.line = check.location.line
+    result = _result(check)
+    if result is not None:
+        if check.details:
+            result.text = cap_lines(clean(check.details), MAX_DETAIL_LINES)
+        case.result = [result]
+    elif check.details:
+        case.system_out = cap_lines(clean(check.details), MAX_DETAIL_LINES)
+    return case
 
 
 def suite(report: LabReport) -> TestSuite:
@@ -37,23 +70,26 @@ def suite(report: LabReport) -> TestSuite:
         for key, value in row.items():
             s.add_property(f"timing.{lib}.{key}", str(value))
     for check in report.checks:
-        case = TestCase(check.title, f"{report.lab}.{check.stage.value}", round(check.duration_s, 3))
-        result = _result(check)
-        if result is not None:
-            if check.details:
-                result.text = cap_lines(clean(check.details), MAX_DETAIL_LINES)
-            case.result = [result]
-        elif check.details:
-            case.system_out = cap_lines(clean(check.details), MAX_DETAIL_LINES)
-        s.add_testcase(case)
+        s.add_testcase(testcase(report.lab, check))
     s.update_statistics()  # type: ignore[no-untyped-call]
+    s.time = round(s.time, 3)
     return s
 
 
-def write(reports: Iterable[LabReport], path: Path) -> None:
+def document(reports: Iterable[LabReport]) -> JUnitXml:
+    """All labs' suites under one ``testsuites``, whose totals are those the schema allows
+    (tests, failures, errors, time: not skipped, which only a testsuite may carry)."""
     xml = JUnitXml("cuda-lab-grader")
-    for r in reports:
-        xml.add_testsuite(suite(r))
-    xml.update_statistics()  # type: ignore[no-untyped-call]
+    suites = [suite(r) for r in reports]
+    for s in suites:
+        xml.add_testsuite(s)
+    xml.tests = sum(s.tests for s in suites)
+    xml.failures = sum(s.failures for s in suites)
+    xml.errors = sum(s.errors for s in suites)
+    xml.time = round(sum(s.time for s in suites), 3)
+    return xml
+
+
+def write(reports: Iterable[LabReport], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    xml.write(str(path), pretty=True)
+    document(reports).write(str(path), pretty=True)

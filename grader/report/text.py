@@ -14,6 +14,7 @@ from ..textutil import (
     html_text,
     markdown_code,
     markdown_fence,
+    markdown_prose,
     markdown_text,
     neutralize_commands,
     one_line,
@@ -81,6 +82,11 @@ def _cell(text: str) -> str:
     return markdown_text(clean_line(text))
 
 
+def _message(text: str) -> str:
+    """A check's message as one table cell: as :func:`_cell`, with CUDA identifiers as code."""
+    return markdown_prose(clean_line(text), in_table=True)
+
+
 def _details(summary: str, text: str) -> list[str]:
     """A collapsed block: ``text`` verbatim in a code block that nothing inside can close."""
     return ["", f"<details><summary>{html_text(clean_line(summary))}</summary>", "", markdown_fence(text), "</details>"]
@@ -95,7 +101,7 @@ def markdown(reports: list[LabReport]) -> str:
         lines += [f"## {r.lab}: {r.title}", "", f"{markdown_code(one_line(r.submission))}: **{score_line(r)}**", ""]
         lines += ["| | Check | Points | Result |", "|---|---|---|---|"]
         for c in r.checks:
-            lines.append(f"| {icon[c.outcome]} | `{c.id}` | {fmt_points(c.points)}/{fmt_points(c.max_points)} | {_cell(c.message)} |")
+            lines.append(f"| {icon[c.outcome]} | `{c.id}` | {fmt_points(c.points)}/{fmt_points(c.max_points)} | {_message(c.message)} |")
         details = [c for c in r.checks if c.details and c.outcome in (Outcome.FAIL, Outcome.ERROR)]
         for c in details:
             lines += _details(c.id, cap_lines(clean(c.details), 40))
