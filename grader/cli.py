@@ -14,16 +14,17 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, labdoc, readme
+from . import __version__, gitinfo, labdoc, readme
 from .errors import GraderError, internal_error_id, internal_error_log
 from .grade import grade
+from .identity import Identity, completed, file_hashes, identify, single_file_hash
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress
 from .outcome import LabReport, fmt_points
 from .paths import shown
-from .repo import grade_repo
-from .report import data as json_report
-from .report import junit, text
+from .repo import grade_repo, repo_labs, submission_rel
+from .report import files as report_files
+from .report import text
 from .textutil import clean, clean_line, neutralize_commands
 from .validate import render as render_validation
 from .validate import validate
@@ -146,19 +147,26 @@ def cmd_grade(args: argparse.Namespace) -> int:
     source = args.source or (spec.files.stub if args.stub else spec.files.reference)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work
-    report = grade(spec, source, _options(args), _progress(args), display_name=shown(source))
-    return _finish([report], args)
+    options = _options(args)
+    display = shown(source)
+    who = identify([spec], {display: single_file_hash(source)}, options)
+    report = grade(spec, source, options, _progress(args), display_name=display)
+    return _finish([report], args, completed(who, [report], options))
 
 
 def cmd_grade_repo(args: argparse.Namespace) -> int:
     if args.fail_under is not None:
         _fail_under(args.fail_under, 1.0)
-    reports = grade_repo(args.repo, _options(args), _progress(args), labs=args.labs)
-    return _finish(reports, args)
+    options = _options(args)
+    specs = repo_labs(args.repo, args.labs)
+    who = identify(specs, file_hashes(args.repo, [submission_rel(s.id) for s in specs]), options,
+                   repository=args.repo, commit=gitinfo.resolve(args.repo))
+    reports = grade_repo(args.repo, options, _progress(args), labs=args.labs)
+    return _finish(reports, args, completed(who, reports, options))
 
 
-def _finish(reports: list[LabReport], args: argparse.Namespace) -> int:
-    _write_reports(reports, args)
+def _finish(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> int:
+    _write_reports(reports, args, identity)
     sys.stdout.write(text.terminal(reports, verbose=args.verbose))
     if args.fail_under is not None:
         score = sum(r.score for r in reports)
@@ -198,23 +206,14 @@ def cmd_readme(args: argparse.Namespace) -> int:
     return EXIT_BELOW if stale else EXIT_OK
 
 
-def _write_reports(reports: list[LabReport], args: argparse.Namespace) -> None:
-    targets = {"junit": args.junit, "json": args.json, "markdown": args.markdown}
-    if args.out:
-        targets = {
-            "junit": args.junit or args.out / "report.xml",
-            "json": args.json or args.out / "report.json",
-            "markdown": args.markdown or args.out / "report.md",
-        }
-    if targets["junit"]:
-        junit.write(reports, targets["junit"])
-    if targets["json"]:
-        targets["json"].parent.mkdir(parents=True, exist_ok=True)
-        targets["json"].write_text(json_report.dumps(reports), encoding="utf-8")
-    md = text.markdown(reports)
-    if targets["markdown"]:
-        targets["markdown"].parent.mkdir(parents=True, exist_ok=True)
-        targets["markdown"].write_text(md, encoding="utf-8")
+def _write_reports(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> None:
+    out = args.out
+    md = report_files.write(
+        reports, identity.as_dict(),
+        junit_path=args.junit or (out / report_files.NAMES["junit"] if out else None),
+        json_path=args.json or (out / report_files.NAMES["json"] if out else None),
+        markdown_path=args.markdown or (out / report_files.NAMES["markdown"] if out else None),
+    )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:

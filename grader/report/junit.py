@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
@@ -25,7 +25,7 @@ def _result(check: CheckResult) -> Failure | Error | Skipped | None:
     return None
 
 
-def suite(report: LabReport) -> TestSuite:
+def suite(report: LabReport, identity: Mapping[str, Any] | None = None) -> TestSuite:
     s = TestSuite(report.lab)
     s.add_property("score", fmt_points(report.score))
     s.add_property("max_score", fmt_points(report.max_score))
@@ -36,6 +36,8 @@ def suite(report: LabReport) -> TestSuite:
     for lib, row in report.timings.items():
         for key, value in row.items():
             s.add_property(f"timing.{lib}.{key}", str(value))
+    for key, value in identity_properties(report, identity or {}):
+        s.add_property(key, value)
     for check in report.checks:
         case = TestCase(check.title, f"{report.lab}.{check.stage.value}", round(check.duration_s, 3))
         result = _result(check)
@@ -50,10 +52,21 @@ def suite(report: LabReport) -> TestSuite:
     return s
 
 
-def write(reports: Iterable[LabReport], path: Path) -> None:
+def identity_properties(report: LabReport, identity: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Whose work the suite graded: the identity's scalars, this lab's version and file hash."""
+    out = [(f"identity.{k}", clean(str(v))) for k, v in identity.items() if v is not None and not isinstance(v, Mapping)]
+    labs, files = identity.get("labs") or {}, identity.get("files") or {}
+    if report.lab in labs:
+        out.append(("identity.lab_version", str(labs[report.lab])))
+    if files.get(report.submission):
+        out.append(("identity.file_sha256", str(files[report.submission])))
+    return out
+
+
+def write(reports: Iterable[LabReport], path: Path, identity: Mapping[str, Any] | None = None) -> None:
     xml = JUnitXml("cuda-lab-grader")
     for r in reports:
-        xml.add_testsuite(suite(r))
+        xml.add_testsuite(suite(r, identity))
     xml.update_statistics()  # type: ignore[no-untyped-call]
     path.parent.mkdir(parents=True, exist_ok=True)
     xml.write(str(path), pretty=True)
