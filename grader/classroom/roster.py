@@ -98,7 +98,7 @@ def parse(text: str, source: Path) -> list[Student]:
             raise RosterError(f"not a CSV line ({exc})", path=where) from None
         if columns is None:
             header = _header(row, where)
-            columns = header or list(COLUMNS[: max(2, min(len(row), 3))])
+            columns = header or list(COLUMNS)
             if header is not None:
                 continue
         if len(row) > len(columns) or len(row) < len(REQUIRED):
