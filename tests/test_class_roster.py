@@ -257,3 +257,43 @@ def test_commit_of_a_repository_owned_by_another_user(tmp_path):
                                env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull})
         assert plain.returncode != 0 and "dubious ownership" in plain.stderr
         assert gitinfo.resolve(repo) == head
+
+
+def test_grade_repo_on_a_folder_without_labs_is_an_input_error(tmp_path, capsys):
+    (tmp_path / "src").mkdir()
+    code = cli_main(["grade-repo", str(tmp_path), "--no-gpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == (f"error: {tmp_path}: not a student repository: it has no labs/ folder "
+                           "(expected labs/<lab>/student.cu, for example labs/boundary_checks/student.cu)")
+
+
+def test_progress_is_live_on_a_terminal_and_plain_lines_elsewhere():
+    import io
+
+    from grader.classroom import progress
+    from grader.classroom.student import StudentResult
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    plain = io.StringIO()
+    shown = progress.make(False, plain)
+    assert type(shown) is progress.Display
+    shown.begin(2, 1, ["cpu0"])
+    shown.finished(StudentResult("alice", 12, 127, 1.5, (), "cpu0"))
+    shown.finished(StudentResult("bob", 0, 127, 0.5, ("x: compile error",), "cpu0"))
+    lines = plain.getvalue().splitlines()
+    assert lines[0].startswith("1 students already graded") and lines[1] == "grading 2 students on 1 lanes (cpu0)"
+    assert lines[2].startswith("[1/2] alice: 12/127 in 1.5 s on cpu0 (ETA ")
+    assert lines[3].startswith("[2/2] bob: 0/127 in 0.5 s on cpu0, 1 problem (ETA 0 s)")
+    assert progress.make(True, plain).quiet
+    tty = Terminal()
+    live = progress.make(False, tty)
+    assert isinstance(live, progress.LiveDisplay)
+    live.begin(2, 0, ["gpu0", "gpu1"])
+    live.lane("gpu0", "alice", "[histogram] timing against reference")
+    live.finished(StudentResult("alice", 12, 127, 1.5, (), "gpu0"))
+    live.close()
+    assert "[1/2] alice: 12/127" in tty.getvalue() and "ETA" in tty.getvalue()
