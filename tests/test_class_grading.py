@@ -335,3 +335,28 @@ def test_one_students_failure_never_stops_the_class(klass, tmp_path, monkeypatch
     assert problem == ("tiled_matmul: labs/tiled_matmul/student.cu is a FIFO (named pipe): a submitted source file must be "
                        "a regular file: the lab's file must be at labs/tiled_matmul/student.cu")
     assert "buggy" in (tmp_path / "out" / "summary.md").read_text().split("## Students whose grading hit an error")[1]
+
+
+def test_the_slurm_script_grades_one_shard_per_task_and_merges_them(klass, tmp_path):
+    """The array job with SLURM's variables and a stand-in sbatch that records the merge step."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/sbatch.log\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    (tmp_path / "roster.csv").write_text(f"student,path\nalice,{klass}/repos/alice\ndave,{klass}/repos/dave\n")
+    script = ROOT / "ci" / "slurm" / "grade-class.sbatch"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GRADER": f"{sys.executable} -m grader",
+           "GRADER_NO_GPU": "1", "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "1",
+           "SLURM_CPUS_PER_TASK": "2"}
+    results = tmp_path / "results"
+    for task in ("1", "2"):
+        done = subprocess.run(["bash", str(script), str(tmp_path / "roster.csv"), str(results)], cwd=ROOT, capture_output=True,
+                              text=True, env={**env, "SLURM_ARRAY_TASK_ID": task}, timeout=600)
+        assert done.returncode == 0, done.stderr
+    (merge_call,) = (tmp_path / "sbatch.log").read_text().splitlines()  # submitted once, by the first task
+    assert "--dependency=afterany:42" in merge_call and merge_call.endswith(f"--merge {results} 2")
+    done = subprocess.run(["bash", str(script), "--merge", str(results), "2"], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    _, rows = _rows(results / "class")
+    assert list(rows) == ["alice", "dave"] and float(rows["alice"]["tiled_matmul"]) == 2
