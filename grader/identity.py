@@ -87,9 +87,11 @@ def options_key(options: GradeOptions) -> dict[str, Any]:
             "time_limit_s": options.submission_limit_s}
 
 
-def content_hash(files: Mapping[str, str | None], labs: Mapping[str, str], options: GradeOptions) -> str:
+def content_hash(files: Mapping[str, str | None], labs: Mapping[str, str], options: GradeOptions, where: str = "") -> str:
+    """``where``: the kind of machine (the GPU model, or none): results from a machine without a
+    GPU are not current for one with a GPU."""
     doc = {"files": dict(files), "labs": dict(labs), "grader": [__version__, grader_source_hash()],
-           "options": options_key(options)}
+           "options": options_key(options), "where": where}
     return sha256(json.dumps(doc, sort_keys=True).encode())
 
 
@@ -116,11 +118,12 @@ class Identity:
 
 
 def identify(specs: list[LabSpec], files: Mapping[str, str | None], options: GradeOptions, *,
-             student: str | None = None, repository: Path | None = None, commit: str | None = None) -> Identity:
+             student: str | None = None, repository: Path | None = None, commit: str | None = None,
+             where: str = "") -> Identity:
     """The identity of a grading about to run (when and where are filled in by :func:`completed`)."""
     labs = {spec.id: lab_version(spec) for spec in specs}
     return Identity(student, str(repository.absolute()) if repository is not None else None, commit, dict(files), labs,
-                    content_hash(files, labs, options))
+                    content_hash(files, labs, options, where))
 
 
 def completed(identity: Identity, reports: list[LabReport], options: GradeOptions) -> Identity:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -52,12 +53,15 @@ def gpu_slots(options: GradeOptions, wanted: str | None) -> list[gpus.GpuSlot]:
     """The GPUs to grade on (none with --no-gpu, or where there is no GPU or no CuPy)."""
     if not options.gpu or os.environ.get("GRADER_NO_GPU"):
         return []
-    chosen = gpus.select(gpus.visible(gpus.nvml_devices(), os.environ.get("CUDA_VISIBLE_DEVICES")), wanted)
-    if chosen:
-        from .. import gpu  # CuPy and a driver, as the engine needs them
+    from .. import gpu  # CuPy and a driver, as the engine needs them
 
-        if gpu.probe().gpu is None:
-            return []
+    devices = gpus.nvml_devices()
+    if not devices:  # no NVML (nvidia-ml-py): the GPU the engine finds through nvidia-smi, alone
+        found = gpu.probe().gpu if wanted is None or wanted.strip().lower() != "none" else None
+        return [gpus.GpuSlot(found.index, "", found.name, found.compute_capability)] if found else []
+    chosen = gpus.select(gpus.visible(devices, os.environ.get("CUDA_VISIBLE_DEVICES")), wanted)
+    if chosen and gpu.probe().gpu is None:
+        return []
     return chosen
 
 
@@ -71,15 +75,18 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
     specs = [find_lab(lab_id) for lab_id in (cls.labs or tuple(lab_ids()))]
     chosen = cls.shard.select([s.id for s in roster]) if cls.shard else {s.id for s in roster}
     students = [s for s in roster if s.id in chosen]
+    slots = gpu_slots(options, cls.gpus)
+    if not slots and options.gpu and (cls.gpus or "").strip().lower() == "none":
+        options = dataclasses.replace(options, gpu=False)  # --gpus none: CPU lanes, even on a machine with a GPU
+    where = ", ".join(sorted({s.name for s in slots})) or "no GPU"
     (cls.out / plan.STUDENTS_DIR).mkdir(parents=True, exist_ok=True)
     plan.recover(cls.out)
     scratch = Path(tempfile.mkdtemp(prefix="grade-class-"))
     try:
-        jobs = [plan.plan_student(s, specs, options, cls.out, scratch) for s in students]
+        jobs = [plan.plan_student(s, specs, options, cls.out, scratch, where) for s in students]
         current = {j.student.id for j in jobs if not cls.force and plan.is_done(j)}
         todo = [j for j in jobs if j.student.id not in current]
         skipped = tuple(j.student.id for j in jobs if j.student.id in current)
-        slots = gpu_slots(options, cls.gpus)
         archs: list[tuple[str, ...]] = [options.archs] if options.archs else sorted({(s.arch,) for s in slots})
         archs = archs or [default_archs()]
         scheduler = Scheduler(options, slots, archs, display, cls.jobs, cls.visibility, cls.health_wait_s)
