@@ -2,7 +2,8 @@
 
 Exit codes:
   0  grading finished (whatever the score), unless --fail-under was given and missed
-  1  the score is below --fail-under; `validate`: a verdict differs; `readme --check`: a README is stale
+  1  the score is below --fail-under; `validate`: a verdict differs; `readme --check`: a README is stale;
+     `diff`: a student's score or verdicts changed
   2  bad input: unknown lab, missing or unreadable file, malformed lab.yaml, bad option
   3  internal error in the grader (a short id points to the full trace in the log)
 """
@@ -14,16 +15,25 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, completion, labdoc, readme
+from . import __version__, completion, gitinfo, labdoc, readme
+from .classroom import diff as class_diff
+from .classroom import gradescope
+from .classroom.merge import merge as merge_shards
+from .classroom.progress import make as class_display
+from .classroom.roster import from_folder as roster_folder
+from .classroom.roster import load as load_roster
+from .classroom.run import ClassOptions, grade_class
+from .classroom.shard import parse as parse_shard
 from .errors import GraderError, internal_error_id, internal_error_log
 from .grade import grade
+from .identity import Identity, completed, file_hashes, identify, single_file_hash
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress
 from .outcome import LabReport, fmt_points
 from .paths import shown
-from .repo import grade_repo
-from .report import data as json_report
-from .report import junit, text
+from .repo import grade_repo, repo_labs, submission_rel
+from .report import files as report_files
+from .report import text
 from .textutil import clean, clean_line, neutralize_commands
 from .validate import render as render_validation
 from .validate import validate
@@ -52,6 +62,30 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--lab", action="append", dest="labs", metavar="LAB", help="grade only this lab (repeatable)")
     _report_options(r)
     _grading_options(r)
+
+    k = sub.add_parser("grade-class", help="TAs: grade a whole class (a folder of student repositories, or a roster CSV) "
+                                           "into one results folder with grades.csv and summary.md")
+    k.add_argument("class_dir", nargs="?", type=Path, help="a folder holding one repository per student (the folder's name is the student id)")
+    k.add_argument("--roster", type=Path, help="a CSV of student,path[,commit] instead of a folder (paths relative to the CSV)")
+    k.add_argument("--out", type=Path, required=True, help="the results folder (a rerun skips students already graded in it)")
+    k.add_argument("--lab", action="append", dest="labs", metavar="LAB", help="grade only this lab (repeatable)")
+    k.add_argument("--force", action="store_true", help="regrade every student, even those whose results are current")
+    k.add_argument("--shard", metavar="I/N", help="grade only the I-th of N slices of the class (1 <= I <= N); merge them with `merge`")
+    k.add_argument("--gpus", metavar="all|none|0,1", help="GPUs to grade on, numbered as CUDA_VISIBLE_DEVICES leaves them (default: all)")
+    k.add_argument("-j", "--jobs", type=int, metavar="N", help="compile processes ahead of the GPUs, and CPU lanes without one (default: CPU count)")
+    k.add_argument("--gradescope-visibility", choices=gradescope.VISIBILITIES, default="visible",
+                   help="visibility of the tests in each results.json (default: %(default)s)")
+    k.add_argument("--health-wait", type=_seconds, default=ClassOptions.health_wait_s, metavar="SECONDS",
+                   help="the longest a timing waits for a busy, hot or throttled GPU before going ahead marked noisy (default: %(default)g)")
+    _grading_options(k)
+
+    mg = sub.add_parser("merge", help="TAs: combine the results folders of --shard runs into one (the files a single run writes)")
+    mg.add_argument("shards", nargs="+", type=Path, metavar="SHARD_DIR")
+    mg.add_argument("--out", type=Path, required=True, help="the merged results folder")
+
+    df = sub.add_parser("diff", help="TAs: list the students whose score or check verdicts changed between two class runs")
+    df.add_argument("old", type=Path, metavar="OLD")
+    df.add_argument("new", type=Path, metavar="NEW")
 
     v = sub.add_parser("validate", help="instructors: check that every known solution of a lab gets its expected verdicts")
     v.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
@@ -155,19 +189,26 @@ def cmd_grade(args: argparse.Namespace) -> int:
     source = args.source or (spec.files.stub if args.stub else spec.files.reference)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work
-    report = grade(spec, source, _options(args), _progress(args), display_name=shown(source))
-    return _finish([report], args)
+    options = _options(args)
+    display = shown(source)
+    who = identify([spec], {display: single_file_hash(source)}, options)
+    report = grade(spec, source, options, _progress(args), display_name=display)
+    return _finish([report], args, completed(who, [report], options))
 
 
 def cmd_grade_repo(args: argparse.Namespace) -> int:
     if args.fail_under is not None:
         _fail_under(args.fail_under, 1.0)
-    reports = grade_repo(args.repo, _options(args), _progress(args), labs=args.labs)
-    return _finish(reports, args)
+    options = _options(args)
+    specs = repo_labs(args.repo, args.labs)
+    who = identify(specs, file_hashes(args.repo, [submission_rel(s.id) for s in specs]), options,
+                   repository=args.repo, commit=gitinfo.resolve(args.repo))
+    reports = grade_repo(args.repo, options, _progress(args), labs=args.labs)
+    return _finish(reports, args, completed(who, reports, options))
 
 
-def _finish(reports: list[LabReport], args: argparse.Namespace) -> int:
-    _write_reports(reports, args)
+def _finish(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> int:
+    _write_reports(reports, args, identity)
     sys.stdout.write(text.terminal(reports, verbose=args.verbose))
     if args.fail_under is not None:
         score = sum(r.score for r in reports)
@@ -176,6 +217,36 @@ def _finish(reports: list[LabReport], args: argparse.Namespace) -> int:
             print(f"score {fmt_points(score)} is below --fail-under {args.fail_under}", file=sys.stderr)
             return EXIT_BELOW
     return EXIT_OK
+
+
+def cmd_grade_class(args: argparse.Namespace) -> int:
+    if (args.class_dir is None) == (args.roster is None):
+        raise GraderError("grade-class: give either a folder of student repositories or --roster CSV (one of them)")
+    if args.jobs is not None and args.jobs < 1:
+        raise GraderError(f"--jobs: expected a positive number, got {args.jobs}")
+    roster = load_roster(args.roster) if args.roster else roster_folder(args.class_dir)
+    cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force,
+                       parse_shard(args.shard) if args.shard else None, args.gpus, args.jobs,
+                       args.gradescope_visibility, args.health_wait)
+    run = grade_class(roster, _options(args), cls, class_display(args.quiet))
+    troubled = [r for r in run.rows if r.problems]
+    print(f"graded {len(run.graded)} students, kept {len(run.skipped)} already graded: {args.out}/grades.csv, "
+          f"{args.out}/summary.md, one folder per student in {args.out}/students")
+    for r in troubled:
+        print(neutralize_commands(clean_line(f"  {r.student}: {'; '.join(r.problems)}"))[:300])
+    return EXIT_OK
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    rows = merge_shards(args.shards, args.out)
+    print(f"merged {len(args.shards)} shards: {len(rows)} students in {args.out}/grades.csv and {args.out}/summary.md")
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    changes = class_diff.diff(args.old, args.new)
+    sys.stdout.write(neutralize_commands(class_diff.render(changes, args.old, args.new)))
+    return EXIT_BELOW if changes else EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -207,23 +278,14 @@ def cmd_readme(args: argparse.Namespace) -> int:
     return EXIT_BELOW if stale else EXIT_OK
 
 
-def _write_reports(reports: list[LabReport], args: argparse.Namespace) -> None:
-    targets = {"junit": args.junit, "json": args.json, "markdown": args.markdown}
-    if args.out:
-        targets = {
-            "junit": args.junit or args.out / "report.xml",
-            "json": args.json or args.out / "report.json",
-            "markdown": args.markdown or args.out / "report.md",
-        }
-    if targets["junit"]:
-        junit.write(reports, targets["junit"])
-    if targets["json"]:
-        targets["json"].parent.mkdir(parents=True, exist_ok=True)
-        targets["json"].write_text(json_report.dumps(reports), encoding="utf-8")
-    md = text.markdown(reports)
-    if targets["markdown"]:
-        targets["markdown"].parent.mkdir(parents=True, exist_ok=True)
-        targets["markdown"].write_text(md, encoding="utf-8")
+def _write_reports(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> None:
+    out = args.out
+    md = report_files.write(
+        reports, identity.as_dict(),
+        junit_path=args.junit or (out / report_files.NAMES["junit"] if out else None),
+        json_path=args.json or (out / report_files.NAMES["json"] if out else None),
+        markdown_path=args.markdown or (out / report_files.NAMES["markdown"] if out else None),
+    )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
@@ -251,7 +313,8 @@ def cmd_check_lab(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
-        "grade": cmd_grade, "grade-repo": cmd_grade_repo, "validate": cmd_validate, "readme": cmd_readme,
+        "grade": cmd_grade, "grade-repo": cmd_grade_repo, "grade-class": cmd_grade_class, "merge": cmd_merge,
+        "diff": cmd_diff, "validate": cmd_validate, "readme": cmd_readme,
         "labs": cmd_labs, "check-lab": cmd_check_lab, "completion": cmd_completion,
     }[args.command]
     try:

@@ -8,7 +8,9 @@ report that says so; the others are graded as usual.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Callable
 
 from .errors import GraderError, internal_error_message
 from .grade import LabGrading, prebuild
@@ -23,8 +25,17 @@ from .spec import LabSpec
 SUBMISSION_PATH = "labs/{lab}/student.cu"
 
 
+#: Called before a lab is timed; returns "" when the GPU is fit for timing, else why it is not
+#: (the timing then goes ahead and the report says it was taken on a disturbed GPU).
+TimingGate = Callable[[LabSpec], str]
+
+
+def submission_rel(lab_id: str) -> str:
+    return SUBMISSION_PATH.format(lab=lab_id)
+
+
 def submission_path(repo: Path, lab_id: str) -> Path:
-    return repo / SUBMISSION_PATH.format(lab=lab_id)
+    return repo / submission_rel(lab_id)
 
 
 def _missing(spec: LabSpec, path: Path, display: str, why: str = "") -> LabReport:
@@ -53,8 +64,14 @@ def _unsafe(path: Path, root: Path | None, display: str) -> str:
 def _crashed(spec: LabSpec, display: str, exc: BaseException) -> LabReport:
     # a user-input problem (say, an unreadable file) is shown as it is, not logged as our bug
     message = str(exc) if isinstance(exc, GraderError) else internal_error_message(exc)
+    return failed_report(spec, display, message)
+
+
+def failed_report(spec: LabSpec, display: str, message: str, rest: str = "not graded: the grader failed on this lab",
+                  rest_outcome: Outcome = Outcome.ERROR) -> LabReport:
+    """A lab that could not be graded at all: an error on its first check, the others not graded."""
     first = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message)
-    checks = [first, *fill_checks(spec, [first], set(Stage), Outcome.ERROR, "not graded: the grader failed on this lab")]
+    checks = [first, *fill_checks(spec, [first], set(Stage), rest_outcome, rest)]
     return LabReport(spec.id, spec.title, display, tuple(checks))
 
 
@@ -64,13 +81,14 @@ def grade_many(
     progress: Progress = no_progress,
     window: int = 5,
     root: Path | None = None,
+    before_timing: TimingGate | None = None,
 ) -> list[LabReport]:
     """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
 
     Within a window every item is started, then all background runs are awaited, then each is
     timed: a profiler or sanitizer never runs beside a timed call. With ``root`` (a student's
     repository), display names are paths inside it, and a submission reached through a link is
-    refused.
+    refused. ``before_timing`` is asked before each lab that is timed.
     """
     reports: list[LabReport | None] = [None] * len(items)
     refused = [_unsafe(path, root, display) for _, path, display in items]
@@ -99,11 +117,34 @@ def grade_many(
                 pass  # finish() reports it
         for i, grading in started:
             try:
-                reports[i] = grading.finish()
+                note = ""
+                if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
+                    note = before_timing(grading.spec)
+                reports[i] = timed_on_disturbed_gpu(grading.finish(), note) if note else grading.finish()
             except Exception as exc:
                 grading.close()
                 reports[i] = _crashed(grading.spec, grading.name, exc)
     return [r for r in reports if r is not None]
+
+
+def timed_on_disturbed_gpu(report: LabReport, note: str) -> LabReport:
+    """``report`` whose speed checks say the GPU was disturbed while they were timed."""
+    checks = tuple(dataclasses.replace(c, message=f"{c.message} [timed on a disturbed GPU: {note}]")
+                   if c.stage is Stage.SPEED and c.outcome is not Outcome.SKIPPED else c for c in report.checks)
+    return dataclasses.replace(report, checks=checks, environment={**report.environment, "timing_noisy": note})
+
+
+def repo_labs(repo: Path, labs: list[str] | None = None) -> list[LabSpec]:
+    """The labs to grade in ``repo``, once it is known to be a student repository (else a GraderError)."""
+    if not repo.exists():
+        raise GraderError("student repository not found", path=repo)
+    if not repo.is_dir():
+        raise GraderError("expected the folder of a student repository, got a file", path=repo)
+    if not (repo / "labs").is_dir() and not (repo / "labs").is_symlink():
+        example = submission_rel((labs or lab_ids() or ["LAB"])[0])
+        raise GraderError(f"not a student repository: it has no labs/ folder (expected labs/<lab>/student.cu, "
+                          f"for example {example})", path=repo)
+    return [find_lab(lab_id) for lab_id in (labs or lab_ids())]
 
 
 def grade_repo(
@@ -111,12 +152,9 @@ def grade_repo(
     options: GradeOptions = GradeOptions(),
     progress: Progress = no_progress,
     labs: list[str] | None = None,
+    before_timing: TimingGate | None = None,
 ) -> list[LabReport]:
     """Grade ``labs/<lab>/student.cu`` of every lab (or those named) in ``repo``: one report each."""
-    if not repo.exists():
-        raise GraderError("student repository not found", path=repo)
-    if not repo.is_dir():
-        raise GraderError("expected the folder of a student repository, got a file", path=repo)
-    specs = [find_lab(lab_id) for lab_id in (labs or lab_ids())]
-    items = [(spec, submission_path(repo, spec.id), SUBMISSION_PATH.format(lab=spec.id)) for spec in specs]
-    return grade_many(items, options, progress, window=len(items) or 1, root=repo)
+    specs = repo_labs(repo, labs)
+    items = [(spec, submission_path(repo, spec.id), submission_rel(spec.id)) for spec in specs]
+    return grade_many(items, options, progress, window=len(items) or 1, root=repo, before_timing=before_timing)

@@ -42,7 +42,7 @@ def test_labs_lists_tiled_matmul(env):
     proc = cli(env, "labs")
     assert proc.returncode == 0, proc.stderr
     assert "tiled_matmul" in proc.stdout
-    assert "Tiled matrix multiplication (20 points)" in proc.stdout
+    assert "Tiled matrix multiplication (24 points)" in proc.stdout
 
 
 # ------------------------------------------------------------------ grading the reference
@@ -64,11 +64,11 @@ def test_grade_reference_without_gpu(graded):
     assert static.split()[:2] == ["PASS", "2/2"]
     assert "shared-memory instructions (LDS/STS) in the SASS" in static
     skip_lines = [line for line in out.splitlines() if line.lstrip().startswith("SKIP")]
-    assert len(skip_lines) == 8
+    assert len(skip_lines) == 11
     assert all(NO_GPU_REASON in line for line in skip_lines)
     assert any("correctness[width=1024]" in line for line in skip_lines)
-    assert f"skipped 8 checks: {NO_GPU_REASON}" in out
-    assert "score 2/20 (18 points not checked here)" in out
+    assert f"skipped 11 checks: {NO_GPU_REASON}" in out
+    assert "score 2/24 (22 points not checked here)" in out
     assert "[tiled_matmul] compiling reference/tiled_matmul/reference.cu for sm_90" in proc.stderr
 
 
@@ -79,30 +79,30 @@ def test_grade_writes_reports(graded):
     xml = JUnitXml.fromfile(str(out / "report.xml"))
     (suite,) = list(xml)
     assert suite.name == "tiled_matmul"
-    assert suite.tests == 10
-    assert suite.skipped == 8
+    assert suite.tests == 13
+    assert suite.skipped == 11
     assert suite.failures == 0 and suite.errors == 0
     skipped = [c for c in suite if c.result and isinstance(c.result[0], Skipped)]
-    assert len(skipped) == 8
+    assert len(skipped) == 11
     assert all(c.result[0].message == NO_GPU_REASON for c in skipped)
     names = [c.name for c in suite]
     assert names[0] == "compile"
     assert "correctness[width=16] (2 pts)" in names
     assert "shared_memory_tiles (2 pts)" in names
     props = {p.name: p.value for p in suite.properties()}
-    assert props["score"] == "2" and props["max_score"] == "20" and props["skipped_points"] == "18"
+    assert props["score"] == "2" and props["max_score"] == "24" and props["skipped_points"] == "22"
     assert props["archs"] == "sm_90"
 
     doc = json.loads((out / "report.json").read_text())
-    assert doc["score"] == 2 and doc["max_score"] == 20
+    assert doc["score"] == 2 and doc["max_score"] == 24
     (lab,) = doc["labs"]
     outcomes = [c["outcome"] for c in lab["checks"]]
-    assert outcomes == ["pass", "pass"] + ["skipped"] * 8
+    assert outcomes == ["pass", "pass"] + ["skipped"] * 11
     assert lab["environment"]["gpu"] == "none: GPU checks disabled by GRADER_NO_GPU"
     assert any("matmul_tiled" in k["name"] and k["smem_bytes"] == 2048 for k in lab["kernels"])
 
     md = (out / "report.md").read_text()
-    assert md.startswith("# CUDA lab grade: 2/20")
+    assert md.startswith("# CUDA lab grade: 2/24")
     assert "| ⏭️ | `correctness[width=16]` | 0/2 |" in md
 
 
@@ -110,7 +110,7 @@ def test_fail_under_percentage(graded, env):
     proc = cli(env, "grade", "tiled_matmul", "--fail-under", "50%", "-q")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "score 2 is below --fail-under 50%" in proc.stderr
-    assert "score 2/20" in proc.stdout
+    assert "score 2/24" in proc.stdout
     assert "compiling" not in proc.stderr  # -q
     # 2 points are enough for --fail-under 2 (the build is cached by now)
     proc = cli(env, "grade", "tiled_matmul", "--fail-under", "2", "-q")
@@ -138,7 +138,7 @@ def test_grade_stub(env):
     assert static.split()[:2] == ["FAIL", "0/2"]
     assert "0 shared-memory instructions" in static
     assert "stage tiles of M and" in static  # the lab's hint
-    assert "score 0/20 (18 points not checked here)" in proc.stdout
+    assert "score 0/24 (22 points not checked here)" in proc.stdout
 
 
 def test_grade_wrong_prototype(env):
@@ -150,7 +150,7 @@ def test_grade_wrong_prototype(env):
     assert '"matmul" has "C" linkage' in compile_line
     assert 'the launcher must be exactly: extern "C" void matmul(const float* M, const float* N, float* P, int width);' in compile_line
     assert "not graded: the file did not compile" in proc.stdout
-    assert "score 0/20" in proc.stdout
+    assert "score 0/24" in proc.stdout
     assert "SKIP" not in proc.stdout
 
 
@@ -201,7 +201,7 @@ def test_arch_sm80(env, tmp_path):
 def test_check_lab_ok(env):
     proc = cli(env, "check-lab", "tiled_matmul")
     assert proc.returncode == 0, proc.stderr
-    assert "lab.yaml: ok (5 correctness cases, 20 points)" in proc.stdout
+    assert "lab.yaml: ok (5 correctness cases, 24 points)" in proc.stdout
 
 
 def test_check_lab_malformed_copy(env, tmp_path):
@@ -284,7 +284,7 @@ def test_readme_check_passes_on_the_committed_readmes(env):
 def test_validate_without_gpu_compares_what_can_run(env):
     proc = cli(env, "validate", "tiled_matmul", "-q")
     assert proc.returncode == 0, proc.stdout
-    assert "== validate tiled_matmul: 12 known solutions" in proc.stdout
+    assert "== validate tiled_matmul: 15 known solutions" in proc.stdout
     assert "all verdicts as expected" in proc.stdout
     assert "checks could not run on this machine and were not compared" in proc.stdout
 

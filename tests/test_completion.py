@@ -108,7 +108,7 @@ def test_bash_accepts_the_script(tmp_path, capsys):
 
 
 BASH_CASES = [
-    (["gr"], ["grade", "grade-repo"]),
+    (["gr"], ["grade", "grade-repo", "grade-class"]),
     (["grade", ""], ["tiled_matmul", "memory_types"]),
     (["grade", "ti"], ["tiled_matmul"]),
     (["grade", "tiled_matmul", "k"], ["kernel.cu", "kout"]),
@@ -151,7 +151,7 @@ def test_zsh_accepts_and_registers_the_script(tmp_path, fake_path, capsys):
 
 
 FISH_CASES = [
-    ("cuda-grader gr", ["grade", "grade-repo"]),
+    ("cuda-grader gr", ["grade", "grade-repo", "grade-class"]),
     ("cuda-grader grade ti", ["tiled_matmul"]),
     ("cuda-grader grade-repo --no-", ["--no-counters", "--no-gpu", "--no-sandbox", "--no-timing"]),
     ("cuda-grader completion ", ["bash", "fish", "zsh"]),

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from ..outcome import LabReport
+
+#: The version of this document's layout (``schemas/report.schema.json``); raised on incompatible changes.
+SCHEMA_VERSION = 1
 
 
 def as_dict(report: LabReport) -> dict[str, Any]:
@@ -39,9 +42,12 @@ def as_dict(report: LabReport) -> dict[str, Any]:
     }
 
 
-def dumps(reports: Iterable[LabReport]) -> str:
+def dumps(reports: Iterable[LabReport], identity: Mapping[str, Any] | None = None) -> str:
+    """The JSON result; ``identity`` (whose work, graded with what: see ``grader.identity``) goes first."""
     reports = list(reports)
     doc = {
+        "schema_version": SCHEMA_VERSION,
+        **({"identity": dict(identity)} if identity is not None else {}),
         "score": round(sum(r.score for r in reports), 2),
         "max_score": round(sum(r.max_score for r in reports), 2),
         "labs": [as_dict(r) for r in reports],

@@ -9,7 +9,7 @@ predates: a check that points into the student's file (a compile error) carries 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, Skipped, TestCase, TestSuite
 
@@ -58,7 +58,7 @@ def testcase(lab: str, check: CheckResult) -> LocatedCase:
     return case
 
 
-def suite(report: LabReport) -> TestSuite:
+def suite(report: LabReport, identity: Mapping[str, Any] | None = None) -> TestSuite:
     s = TestSuite(report.lab)
     s.add_property("score", fmt_points(report.score))
     s.add_property("max_score", fmt_points(report.max_score))
@@ -69,6 +69,8 @@ def suite(report: LabReport) -> TestSuite:
     for lib, row in report.timings.items():
         for key, value in row.items():
             s.add_property(f"timing.{lib}.{key}", str(value))
+    for key, value in identity_properties(report, identity or {}):
+        s.add_property(key, value)
     for check in report.checks:
         s.add_testcase(testcase(report.lab, check))
     s.update_statistics()  # type: ignore[no-untyped-call]
@@ -76,11 +78,22 @@ def suite(report: LabReport) -> TestSuite:
     return s
 
 
-def document(reports: Iterable[LabReport]) -> JUnitXml:
+def identity_properties(report: LabReport, identity: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Whose work the suite graded: the identity's scalars, this lab's version and file hash."""
+    out = [(f"identity.{k}", clean(str(v))) for k, v in identity.items() if v is not None and not isinstance(v, Mapping)]
+    labs, files = identity.get("labs") or {}, identity.get("files") or {}
+    if report.lab in labs:
+        out.append(("identity.lab_version", str(labs[report.lab])))
+    if files.get(report.submission):
+        out.append(("identity.file_sha256", str(files[report.submission])))
+    return out
+
+
+def document(reports: Iterable[LabReport], identity: Mapping[str, Any] | None = None) -> JUnitXml:
     """All labs' suites under one ``testsuites``, whose totals are those the schema allows
     (tests, failures, errors, time: not skipped, which only a testsuite may carry)."""
     xml = JUnitXml("cuda-lab-grader")
-    suites = [suite(r) for r in reports]
+    suites = [suite(r, identity) for r in reports]
     for s in suites:
         xml.add_testsuite(s)
     xml.tests = sum(s.tests for s in suites)
@@ -90,6 +103,6 @@ def document(reports: Iterable[LabReport]) -> JUnitXml:
     return xml
 
 
-def write(reports: Iterable[LabReport], path: Path) -> None:
+def write(reports: Iterable[LabReport], path: Path, identity: Mapping[str, Any] | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    document(reports).write(str(path), pretty=True)
+    document(reports, identity).write(str(path), pretty=True)

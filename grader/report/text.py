@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable, TextIO
+from typing import Any, Iterable, Mapping, TextIO
 
 from ..outcome import LabReport, Outcome, fmt_points
 from ..textutil import (
@@ -92,10 +92,23 @@ def _details(summary: str, text: str) -> list[str]:
     return ["", f"<details><summary>{html_text(clean_line(summary))}</summary>", "", markdown_fence(text), "</details>"]
 
 
-def markdown(reports: list[LabReport]) -> str:
+def identity_line(identity: Mapping[str, Any]) -> str:
+    """Whose work, graded when and with what, in one line (empty without an identity)."""
+    parts = [f"{label} {identity[key]}" for key, label in (("student", "student"), ("commit", "commit"), ("graded_at", "graded"))
+             if identity.get(key)]
+    if identity.get("grader_version"):
+        source = str(identity.get("grader_source") or "")[:12]
+        parts.append(f"grader {identity['grader_version']}" + (f" ({source})" if source else ""))
+    return ", ".join(parts)
+
+
+def markdown(reports: list[LabReport], identity: Mapping[str, Any] | None = None) -> str:
     total = sum(r.score for r in reports)
     total_max = sum(r.max_score for r in reports)
     lines = [f"# CUDA lab grade: {fmt_points(total)}/{fmt_points(total_max)}", ""]
+    who = identity_line(identity or {})
+    if who:
+        lines += [f"<sub>{_cell(who)}</sub>", ""]
     icon = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.ERROR: "💥", Outcome.SKIPPED: "⏭️"}
     for r in reports:
         lines += [f"## {r.lab}: {r.title}", "", f"{markdown_code(one_line(r.submission))}: **{score_line(r)}**", ""]

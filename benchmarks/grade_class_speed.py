@@ -1,0 +1,197 @@
+"""Wall time of grading a class, the GPU's busy fraction, and verdicts against grading each repository alone.
+
+    python benchmarks/grade_class_speed.py [--students 40] [--no-gpu] [--no-compare] [--warm] [--keep DIR] [-j N]
+
+Builds a class in a temporary folder: repositories of the five references, of known-wrong
+solutions (one lab wrong, the rest references), of the untouched stubs, with labs missing, with no
+labs/ folder, with a compile error and with a submission that hangs. Grades it with
+``grade-class`` (cold: an empty build cache, unless --warm), then each repository alone with
+``grade-repo`` and compares every check's verdict (--no-compare skips that). On a GPU it samples
+NVML utilisation every half second while the class is graded.
+
+Targets: 40 repositories on one H100 in <= 8 minutes (<= 12 s each, amortised) with every check
+on; 20 repositories with --no-gpu in <= 60 s cold on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader.classroom import roster  # noqa: E402
+from grader.classroom.progress import Display  # noqa: E402
+from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
+from grader.errors import GraderError  # noqa: E402
+from grader.labs import find_lab, lab_ids  # noqa: E402
+from grader.options import GradeOptions  # noqa: E402
+from grader.repo import grade_repo, submission_path  # noqa: E402
+
+HANG = ROOT / "tests" / "hostile" / "tiled_matmul" / "host_infinite_loop.cu"
+COMPILE_ERROR = "// does not compile\nextern \"C\" void matmul(const float* M, const float* N, float* P, int width) { oops }\n"
+
+
+def _recipes() -> list[tuple[str, dict[str, Path | str | None]]]:
+    """(name, lab -> source: a file, text, or None for missing); the first ones are the special cases."""
+    refs: dict[str, Path | str | None] = {lab: find_lab(lab).files.reference for lab in lab_ids()}
+    out: list[tuple[str, dict[str, Path | str | None]]] = [
+        ("ref-1", dict(refs)),
+        ("stub", {lab: find_lab(lab).files.stub for lab in lab_ids()}),
+        ("compile-error", {**refs, "tiled_matmul": COMPILE_ERROR}),
+        ("hang", {**refs, "tiled_matmul": HANG}),
+        ("nolabs", {}),
+        ("missing-two", {**refs, "histogram": None, "corner_turning": None}),
+    ]
+    wrong = sorted((lab, p) for lab in lab_ids() for p in (ROOT / "labs" / lab / "solutions" / "wrong").glob("*.cu"))
+    for k, (lab, path) in enumerate(wrong):
+        out.append((f"wrong-{lab}-{path.stem}", {**refs, lab: path}))
+        if k % 6 == 5:
+            out.append((f"missing-{lab}", {**refs, lab: None}))
+    k = 2
+    while len(out) < 60:
+        out.append((f"ref-{k}", dict(refs)))
+        k += 1
+    return out
+
+
+def build_class(folder: Path, count: int) -> list[str]:
+    names = []
+    for name, labs in _recipes()[:count]:
+        repo = folder / name
+        repo.mkdir(parents=True)
+        for lab, source in labs.items():
+            if source is None:
+                continue
+            target = submission_path(repo, lab)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(source, Path):
+                shutil.copy(source, target)
+            else:
+                target.write_text(source)
+        names.append(name)
+    return names
+
+
+class BusySampler:
+    """NVML utilisation of the GPUs graded on, sampled every ``period`` seconds."""
+
+    def __init__(self, indices: list[int], period: float = 0.5) -> None:
+        self.indices, self.period = indices, period
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import pynvml  # nvidia-ml-py: only where there is a GPU
+
+        pynvml.nvmlInit()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+        while not self._stop.wait(self.period):
+            for h in handles:
+                self.samples.append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+        pynvml.nvmlShutdown()
+
+    def __enter__(self) -> "BusySampler":
+        if self.indices:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+
+def compare(repos: Path, out: Path, names: list[str], options: GradeOptions) -> list[str]:
+    """Each student's verdicts in the class against grading their repository alone."""
+    differences = []
+    for name in names:
+        doc = json.loads((out / "students" / name / "report.json").read_text())
+        in_class = [(r["lab"], c["id"], c["outcome"], c["stage"]) for r in doc["labs"] for c in r["checks"]]
+        try:
+            reports = grade_repo(repos / name, options)
+        except GraderError as exc:  # not a repository: the class must have said so for every lab
+            if not all(c[2] != "pass" for c in in_class):
+                differences.append(f"{name}: alone: {exc}; in the class some checks passed")
+            continue
+        alone = [(r.lab, c.id, c.outcome.value, c.stage.value) for r in reports for c in r.checks]
+        for a, b in zip(alone, in_class):
+            if a != b:
+                differences.append(f"{name}: {a[0]}/{a[1]} alone {a[2]}, in the class {b[2]} ({a[3]})")
+        if len(alone) != len(in_class):
+            differences.append(f"{name}: {len(alone)} checks alone, {len(in_class)} in the class")
+    return differences
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--students", type=int, help="repositories in the class (default: 40, or 20 with --no-gpu)")
+    p.add_argument("--no-gpu", action="store_true", help="grade only what needs no GPU")
+    p.add_argument("--no-compare", action="store_true", help="skip grading each repository alone")
+    p.add_argument("--warm", action="store_true", help="keep the build cache of GRADER_CACHE_DIR instead of an empty one")
+    p.add_argument("--keep", type=Path, help="build the class and its results here (default: a temporary folder, removed)")
+    p.add_argument("-j", "--jobs", type=int, help="CPU pool size (default: the CPU count)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no line per student")
+    args = p.parse_args()
+    count = args.students or (20 if args.no_gpu else 40)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="grade-class-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    cache = None
+    if not args.warm:
+        cache = work / "cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ["GRADER_CACHE_DIR"] = str(cache)
+    options = GradeOptions(gpu=not args.no_gpu, cache_dir=cache)
+    repos, out = work / "class", work / "results"
+    shutil.rmtree(repos, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    names = build_class(repos, count)
+    slots = gpu_slots(options, None)
+    print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; lanes: "
+          f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {os.cpu_count()} CPUs; "
+          f"build cache {'warm' if args.warm else 'cold'}", flush=True)
+    started = time.monotonic()
+    with BusySampler([s.index for s in slots]) as sampler:
+        run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs), Display(quiet=args.quiet))
+    wall = time.monotonic() - started
+    per = [r.seconds for r in run.graded]
+    print(f"\ngraded {len(run.graded)} repositories in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "
+          f"(each took {statistics.median(per):.1f} s median, {max(per):.1f} s at most, on its lane)")
+    if slots:
+        busy = statistics.fmean(sampler.samples) if sampler.samples else 0.0
+        active = sum(1 for s in sampler.samples if s > 0) / len(sampler.samples) if sampler.samples else 0.0
+        print(f"GPU busy: {busy:.0f}% mean NVML utilisation, some kernel running in {100 * active:.0f}% of "
+              f"{len(sampler.samples)} samples")
+        print(f"target: {'met' if wall <= 480 and len(names) >= 40 else 'compare with'} <= 8 min for 40 repositories on one H100")
+    else:
+        print(f"target: <= 60 s for 20 repositories with --no-gpu, cold, on 2 cores: "
+              f"{'met' if wall <= 60 else 'missed'} ({wall:.1f} s)")
+    errors = [r for r in run.rows if r.problems]
+    print(f"{len(errors)} students with errors in their row (expected: the compile error, the hang on a GPU, "
+          f"missing labs, no labs/ folder, known-wrong solutions that crash)")
+    status = 0
+    if not args.no_compare:
+        t0 = time.monotonic()
+        differences = compare(repos, out, names, options)
+        print(f"\neach repository alone ({time.monotonic() - t0:.1f} s): "
+              + ("every verdict the same as in the class" if not differences else f"{len(differences)} verdicts differ:"))
+        for line in differences:
+            print(f"  {line}")
+        status = 1 if differences else 0
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Lanes: where students are graded, one at a time each. One lane per GPU, in a process of its
+own that sees only that GPU (``CUDA_VISIBLE_DEVICES``), holds the GPU's lock while it grades and
+asks the health gate before each timing; without a GPU, CPU lanes (threads) grade the checks that
+need none. A lane whose process dies records that student's failure and starts afresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable
+
+from ..options import GradeOptions
+from . import gpulock, health
+from .gpus import GpuSlot
+from .plan import StudentJob
+from .student import StudentResult, grade_student
+
+#: Where lane processes send progress: (lane, student, message).
+Events = Callable[[str, str, str], None]
+
+
+class Lane:
+    name = "cpu"
+
+    def run(self, job: StudentJob) -> StudentResult:
+        raise NotImplementedError
+
+    def close(self, wait: bool = True) -> None:
+        pass
+
+
+class ThreadLane(Lane):
+    """Grades in this process (no GPU: compile and compiled-code checks only)."""
+
+    def __init__(self, name: str, options: GradeOptions, events: Events, visibility: str) -> None:
+        self.name, self.options, self.events, self.visibility = name, options, events, visibility
+
+    def run(self, job: StudentJob) -> StudentResult:
+        sid = job.student.id
+        return grade_student(job, self.options, lambda m: self.events(self.name, sid, m), None, self.visibility, self.name)
+
+
+# ------------------------------------------------------------------ in the lane's own process
+
+_LANE: dict[str, Any] = {}
+
+
+def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float) -> None:
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
+    folder = gpulock.gpu_folder(slot.key)
+    tempfile.tempdir = str(folder)  # the profiling lock (in the temporary folder) becomes this GPU's
+    _LANE.update(slot=slot, queue=queue, folder=folder, gate=health.lane_gate(slot.index, health_wait_s))
+
+
+def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> StudentResult:
+    slot: GpuSlot = _LANE["slot"]
+    queue = _LANE["queue"]
+    sid = job.student.id
+
+    def progress(message: str) -> None:
+        queue.put((slot.lane, sid, message))
+
+    with gpulock.gpu_lock(_LANE["folder"]) as waited:
+        if waited > 1:
+            progress(f"waited {waited:.0f} s for another grader on this GPU")
+        return grade_student(job, options, progress, _LANE["gate"], visibility, slot.lane)
+
+
+# ------------------------------------------------------------------ seen from the scheduler
+
+
+class GpuLane(Lane):
+    def __init__(self, slot: GpuSlot, options: GradeOptions, queue: Any, visibility: str, health_wait_s: float) -> None:
+        self.slot, self.options, self.queue, self.visibility = slot, options, queue, visibility
+        self.health_wait_s = health_wait_s
+        self.name = slot.lane
+        self.pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_lane_setup, initargs=(self.slot, self.queue, self.health_wait_s))
+
+    def run(self, job: StudentJob) -> StudentResult:
+        try:
+            return self.pool.submit(_lane_grade, job, self.options, self.visibility).result()
+        except BrokenProcessPool:
+            why = "the grading process died (killed, or out of memory) while grading this student"
+        except Exception as exc:  # the lane could not run the job at all (it could not be sent, say)
+            why = f"the lane on {self.name} failed: {type(exc).__name__}: {exc}"
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._start()
+        return grade_student(dataclasses.replace(job, failure=why), self.options, visibility=self.visibility, lane=self.name)
+
+    def close(self, wait: bool = True) -> None:
+        """Stop the lane's process: after its student (``wait``), or at once (the run was interrupted)."""
+        if not wait:
+            for proc in list(getattr(self.pool, "_processes", {}).values()):
+                proc.terminate()
+        self.pool.shutdown(wait=wait, cancel_futures=True)

@@ -1,0 +1,126 @@
+"""What grading each student takes, and which students a run may skip.
+
+A student's results live in ``OUT/students/<id>/``; the folder is written whole under a
+temporary name and renamed into place, so a run killed mid-way leaves either the previous
+results or none, never half. A student whose folder holds a report with the same content hash
+(submitted files, lab files, grader, options: see ``grader.identity``) is skipped on a rerun
+unless ``force`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import gitinfo
+from ..identity import Identity, file_hashes, identify
+from ..options import GradeOptions
+from ..repo import submission_rel
+from ..spec import LabSpec
+from . import checkout
+from .roster import Student
+
+STUDENTS_DIR = "students"
+PARTIAL = ".partial-"
+OLD = ".old-"
+
+
+@dataclass(frozen=True)
+class StudentJob:
+    """One student's grading, planned: where their files are and who they are."""
+
+    student: Student
+    labs: tuple[str, ...]
+    root: Path | None  # the folder graded (the repository, or the files of the roster's commit)
+    failure: str  # why nothing of theirs can be graded ("" when it can)
+    identity: Identity
+    folder: Path  # OUT/students/<id>
+
+
+def student_folder(out: Path, student_id: str) -> Path:
+    return out / STUDENTS_DIR / student_id
+
+
+def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | None, str | None, str]:
+    """(folder to grade, commit, failure) for one student."""
+    path = student.path
+    where = f"{path}" + (f" (roster line {student.line})" if student.line else "")
+    if not path.exists():
+        return None, None, f"repository not found: {where}"
+    if not path.is_dir():
+        return None, None, f"not a folder: {where}"
+    if student.commit is None:
+        root, commit = path, gitinfo.resolve(path)
+    else:
+        commit = gitinfo.resolve(path, student.commit)
+        if commit is None:
+            why = "no such commit" if gitinfo.is_repository(path) else "not a git repository"
+            return None, None, f"cannot grade commit {student.commit!r} of {where}: {why}"
+        root = checkout.export(path, commit, rels, scratch / student.id)
+    if not (root / "labs").is_dir() and not (root / "labs").is_symlink():
+        what = f"commit {commit[:12]} of {path}" if student.commit and commit else f"{path}"
+        return None, commit, f"{what} has no labs/ folder (expected labs/<lab>/student.cu)"
+    return root, commit, ""
+
+
+def plan_student(student: Student, specs: list[LabSpec], options: GradeOptions, out: Path, scratch: Path,
+                 where: str = "") -> StudentJob:
+    rels = [submission_rel(spec.id) for spec in specs]
+    try:
+        root, commit, failure = _locate(student, rels, scratch)
+    except OSError as exc:  # an unreadable folder: that student's problem, not the class's
+        root, commit, failure = None, None, f"cannot read {student.path}: {exc.strerror or exc}"
+    files = file_hashes(root, rels) if root is not None else {rel: None for rel in rels}
+    identity = identify(specs, files, options, student=student.id, repository=student.path, commit=commit, where=where)
+    return StudentJob(student, tuple(s.id for s in specs), root, failure, identity, student_folder(out, student.id))
+
+
+def graded_hash(folder: Path) -> str | None:
+    """The content hash of the results published in ``folder`` (None: none, or unreadable)."""
+    try:
+        doc = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+        value = doc["identity"]["content_hash"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def is_done(job: StudentJob) -> bool:
+    return graded_hash(job.folder) == job.identity.content_hash
+
+
+def partial_folder(folder: Path) -> Path:
+    """A fresh folder to write a student's results into before :func:`publish`."""
+    partial = folder.with_name(f"{PARTIAL}{folder.name}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    return partial
+
+
+def publish(partial: Path, folder: Path) -> None:
+    """Put ``partial`` in the place of ``folder`` (the previous results go only once the new are there)."""
+    old = folder.with_name(f"{OLD}{folder.name}")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(partial, folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover(out: Path) -> None:
+    """Tidy what a killed run left: half-written folders go; results moved aside come back."""
+    base = out / STUDENTS_DIR
+    if not base.is_dir():
+        return
+    for entry in base.iterdir():
+        if entry.name.startswith(PARTIAL):
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.name.startswith(OLD):
+            home = entry.with_name(entry.name[len(OLD):])
+            if home.exists():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                os.replace(entry, home)

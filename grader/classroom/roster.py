@@ -1,0 +1,137 @@
+"""Who is in the class and where their work is: a folder of repositories or a roster CSV.
+
+A folder: every sub-folder is one student's repository, the folder's name their id. A roster:
+CSV with a ``student,path`` header and an optional ``commit`` column (the commit to grade: a hash,
+a tag or a branch); paths are relative to the roster's folder. Blank lines and lines starting
+with ``#`` are ignored. A bad line is an input error naming the file, the line and the problem.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import GraderError
+from ..gitinfo import REV_PATTERN
+
+#: A student id names the student's output folder and CSV row: letters, digits and ``._@+-``.
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$")
+COLUMNS = ("student", "path", "commit")
+REQUIRED = ("student", "path")
+
+
+class RosterError(GraderError):
+    """A roster that cannot be read: the message names the file, the line and the problem."""
+
+
+@dataclass(frozen=True)
+class Student:
+    id: str
+    path: Path  # the student's repository
+    commit: str | None = None  # grade this commit instead of the work tree
+    line: int = 0  # where the roster names them (0: found as a folder)
+
+
+def id_problem(student_id: str) -> str:
+    """Why ``student_id`` cannot be an id ("" if it can)."""
+    if not student_id:
+        return "the student id is empty"
+    if not ID_PATTERN.match(student_id):
+        return (f"student id {student_id!r} may hold only letters, digits and . _ @ + - "
+                "(at most 100, starting with a letter or digit)")
+    return ""
+
+
+def from_folder(folder: Path) -> list[Student]:
+    """One student per sub-folder of ``folder`` (hidden ones skipped), sorted by id."""
+    if not folder.is_dir():
+        raise RosterError("expected a folder of student repositories" if folder.exists() else "folder not found",
+                          path=folder)
+    students = []
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.startswith(".") or not entry.is_dir():
+            continue
+        problem = id_problem(entry.name)
+        if problem:
+            raise RosterError(f"folder {entry.name!r}: {problem}; rename it or list the class in a roster CSV", path=folder)
+        students.append(Student(entry.name, entry))
+    if not students:
+        raise RosterError("no student repositories in it (expected one folder per student)", path=folder)
+    return students
+
+
+def _header(row: list[str], where: str) -> list[str] | None:
+    """The column names if ``row`` is a header (its first cell is ``student``), else None."""
+    names = [c.strip().lower() for c in row]
+    if not names or names[0] != "student":
+        return None
+    for name in names:
+        if name not in COLUMNS:
+            near = difflib.get_close_matches(name, COLUMNS, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise RosterError(f"unknown column {name!r} (columns: {', '.join(COLUMNS)}){hint}", path=where)
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise RosterError(f"the header has no {' or '.join(repr(m) for m in missing)} column", path=where)
+    if len(set(names)) != len(names):
+        raise RosterError("a column is named twice in the header", path=where)
+    return names
+
+
+def parse(text: str, source: Path) -> list[Student]:
+    """Students from roster text (``source`` names the file in messages and anchors relative paths)."""
+    base = source.parent
+    columns: list[str] | None = None
+    seen: dict[str, int] = {}
+    students = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        where = f"{source}:{number}"
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        try:
+            row = next(csv.reader(io.StringIO(raw), strict=True))
+        except csv.Error as exc:
+            raise RosterError(f"not a CSV line ({exc})", path=where) from None
+        if columns is None:
+            header = _header(row, where)
+            columns = header or list(COLUMNS)
+            if header is not None:
+                continue
+        if len(row) > len(columns) or len(row) < len(REQUIRED):
+            raise RosterError(f"expected {len(columns)} fields ({', '.join(columns)}), found {len(row)}", path=where)
+        fields = dict(zip(columns, (cell.strip() for cell in row)))
+        sid, path, commit = fields["student"], fields["path"], fields.get("commit") or None
+        problem = id_problem(sid)
+        if problem:
+            raise RosterError(problem, path=where)
+        if sid in seen:
+            raise RosterError(f"student {sid!r} is listed twice (first on line {seen[sid]})", path=where)
+        if not path:
+            raise RosterError(f"no repository path for student {sid!r}", path=where)
+        if commit is not None and not REV_PATTERN.match(commit):
+            raise RosterError(f"commit {commit!r} is not a commit hash, tag or branch name", path=where)
+        seen[sid] = number
+        students.append(Student(sid, (base / path) if not Path(path).is_absolute() else Path(path), commit, number))
+    if not students:
+        raise RosterError("no students in the roster", path=source)
+    return students
+
+
+def load(roster: Path) -> list[Student]:
+    """Students from a roster CSV file (UTF-8, a byte-order mark from a spreadsheet is fine)."""
+    try:
+        data = roster.read_bytes()
+    except FileNotFoundError:
+        raise RosterError("roster not found", path=roster) from None
+    except OSError as exc:
+        raise RosterError(f"cannot read the roster ({exc.strerror})", path=roster) from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise RosterError(f"not UTF-8 text (first bad byte on line {line})", path=roster) from None
+    return parse(text, roster)

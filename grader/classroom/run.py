@@ -1,0 +1,98 @@
+"""``grade_class``: a whole class (or one shard of it) into one results folder.
+
+    OUT/students/<id>/   report.xml, report.json, report.md, results.json (Gradescope)
+    OUT/grades.csv       one row per student
+    OUT/summary.md       class statistics, pictures in OUT/plots/, students whose grading hit an error
+    OUT/class.json       what the folder holds (labs, roster, shard, grader, options)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..identity import grader_source_hash, lab_version, options_key
+from ..labs import find_lab, lab_ids
+from ..options import GradeOptions, default_archs
+from ..spec import LabSpec
+from . import gpus, gradebook, plan
+from .gradebook import Manifest
+from .progress import Display
+from .records import StudentRecord
+from .roster import Student
+from .scheduler import Scheduler
+from .shard import Shard
+from .student import StudentResult
+
+
+@dataclass(frozen=True)
+class ClassOptions:
+    out: Path
+    labs: tuple[str, ...] = ()  # default: every lab
+    force: bool = False  # regrade students whose results are current
+    shard: Shard | None = None
+    gpus: str | None = None  # --gpus: all, none, or positions among the visible GPUs
+    jobs: int | None = None  # CPU pool size (and CPU lanes without a GPU); default: the CPU count
+    visibility: str = "visible"  # of the Gradescope tests
+    health_wait_s: float = 60.0  # the longest a timing waits for a disturbed GPU
+
+
+@dataclass(frozen=True)
+class ClassRun:
+    graded: tuple[StudentResult, ...]
+    skipped: tuple[str, ...]  # current results kept
+    rows: tuple[StudentRecord, ...] = field(default=())
+
+
+def gpu_slots(options: GradeOptions, wanted: str | None) -> list[gpus.GpuSlot]:
+    """The GPUs to grade on (none with --no-gpu, or where there is no GPU or no CuPy)."""
+    if not options.gpu or os.environ.get("GRADER_NO_GPU"):
+        return []
+    from .. import gpu  # CuPy and a driver, as the engine needs them
+
+    devices = gpus.nvml_devices()
+    if not devices:  # no NVML (nvidia-ml-py): the GPU the engine finds through nvidia-smi, alone
+        found = gpu.probe().gpu if wanted is None or wanted.strip().lower() != "none" else None
+        return [gpus.GpuSlot(found.index, "", found.name, found.compute_capability)] if found else []
+    chosen = gpus.select(gpus.visible(devices, os.environ.get("CUDA_VISIBLE_DEVICES")), wanted)
+    if chosen and gpu.probe().gpu is None:
+        return []
+    return chosen
+
+
+def manifest_for(specs: list[LabSpec], roster: list[Student], graded: list[str], shard: Shard | None, options: GradeOptions) -> Manifest:
+    labs = tuple({"id": s.id, "title": s.title, "max_points": s.max_points, "version": lab_version(s)} for s in specs)
+    return Manifest(labs, tuple(s.id for s in roster), tuple(graded), str(shard) if shard else None,
+                    {"version": __version__, "source": grader_source_hash()}, options_key(options))
+
+
+def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions, display: Display) -> ClassRun:
+    specs = [find_lab(lab_id) for lab_id in (cls.labs or tuple(lab_ids()))]
+    chosen = cls.shard.select([s.id for s in roster]) if cls.shard else {s.id for s in roster}
+    students = [s for s in roster if s.id in chosen]
+    slots = gpu_slots(options, cls.gpus)
+    if not slots and options.gpu and (cls.gpus or "").strip().lower() == "none":
+        options = dataclasses.replace(options, gpu=False)  # --gpus none: CPU lanes, even on a machine with a GPU
+    where = ", ".join(sorted({s.name for s in slots})) or "no GPU"
+    (cls.out / plan.STUDENTS_DIR).mkdir(parents=True, exist_ok=True)
+    plan.recover(cls.out)
+    scratch = Path(tempfile.mkdtemp(prefix="grade-class-"))
+    try:
+        jobs = [plan.plan_student(s, specs, options, cls.out, scratch, where) for s in students]
+        current = {j.student.id for j in jobs if not cls.force and plan.is_done(j)}
+        todo = [j for j in jobs if j.student.id not in current]
+        skipped = tuple(j.student.id for j in jobs if j.student.id in current)
+        archs: list[tuple[str, ...]] = [options.archs] if options.archs else sorted({(s.arch,) for s in slots})
+        archs = archs or [default_archs()]
+        scheduler = Scheduler(options, slots, archs, display, cls.jobs, cls.visibility, cls.health_wait_s)
+        graded = scheduler.run(todo, skipped=len(skipped))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    manifest = manifest_for(specs, roster, [s.id for s in students], cls.shard, options)
+    rows = gradebook.write(cls.out, manifest)
+    return ClassRun(tuple(graded), skipped, tuple(rows))

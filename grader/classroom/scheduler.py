@@ -1,0 +1,109 @@
+"""Running a class over its lanes: a CPU pool compiles students ahead in roster order, and each
+lane takes the next student as soon as it is free (waiting for that student's builds only if
+the pool is behind). Results come back in roster order."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as queues
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from ..options import GradeOptions
+from .gpus import GpuSlot
+from .lanes import GpuLane, Lane, ThreadLane
+from .plan import StudentJob
+from .prepare import Builder
+from .progress import Display
+from .student import StudentResult
+
+
+def cpu_jobs(requested: int | None) -> int:
+    return max(1, requested or os.cpu_count() or 1)
+
+
+class Scheduler:
+    def __init__(self, options: GradeOptions, slots: list[GpuSlot], archs: list[tuple[str, ...]], display: Display,
+                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0) -> None:
+        self.options, self.slots, self.display = options, slots, display
+        self.jobs = cpu_jobs(jobs)
+        self.builder = Builder(options, archs, baselines=bool(slots) and options.gpu)
+        self.visibility, self.health_wait_s = visibility, health_wait_s
+        self._events: Any = None
+
+    def _lanes(self) -> list[Lane]:
+        if self.slots:
+            self._events = multiprocessing.get_context("spawn").Queue()
+            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s) for slot in self.slots]
+        return [ThreadLane(f"cpu{k}", self.options, self.display.lane, self.visibility) for k in range(self.jobs)]
+
+    def _forward_events(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                lane, student, message = self._events.get(timeout=0.2)
+            except queues.Empty:
+                continue
+            except (EOFError, OSError, ValueError):
+                return
+            self.display.lane(lane, student, message)
+
+    def run(self, jobs: list[StudentJob], skipped: int = 0) -> list[StudentResult]:
+        if not jobs:
+            self.display.begin(0, skipped, [])
+            return []
+        lanes = self._lanes()
+        self.display.begin(len(jobs), skipped, [lane.name for lane in lanes])
+        results: list[StudentResult | None] = [None] * len(jobs)
+        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="class-build")
+        built: list[Future[None]] = [pool.submit(self.builder.prepare, job) for job in jobs]
+        order = iter(range(len(jobs)))
+        take = threading.Lock()
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def lane_loop(lane: Lane) -> None:
+            while not stop.is_set():
+                with take:
+                    i = next(order, None)
+                if i is None:
+                    return
+                job = jobs[i]
+                try:
+                    built[i].result()
+                except Exception:
+                    pass  # grading meets the same problem and reports it
+                self.display.lane(lane.name, job.student.id, "starting")
+                try:
+                    results[i] = lane.run(job)
+                except BaseException as exc:  # the lane itself broke: stop the class, keep what is done
+                    failures.append(exc)
+                    stop.set()
+                    return
+                self.display.lane(lane.name, "", "idle")
+                self.display.finished(results[i])  # type: ignore[arg-type]
+
+        forwarder = threading.Thread(target=self._forward_events, args=(stop,), daemon=True) if self._events else None
+        if forwarder:
+            forwarder.start()
+        threads = [threading.Thread(target=lane_loop, args=(lane,), name=f"lane-{lane.name}", daemon=True) for lane in lanes]
+        finished = False
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(timeout=0.5)
+            finished = True
+        finally:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            for lane in lanes:
+                lane.close(wait=finished)
+            if forwarder:
+                forwarder.join(timeout=2)
+            self.display.close()
+        if failures:
+            raise failures[0]
+        return [r for r in results if r is not None]

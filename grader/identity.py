@@ -1,0 +1,140 @@
+"""Whose work a report graded, with what: the identity block of every JSON report.
+
+Student, repository, commit, the sha256 of every graded file, when, the grader's version and a
+hash of its sources, each lab's version (a hash of the lab's files), the GPU, its driver and the
+sandbox. ``content_hash`` covers what decides a grade (the submitted files, the lab files, the
+grader and the options that change which checks run): a class run that finds a report with the
+same hash skips that student. ``schemas/report.schema.json`` describes the JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import hashlib
+import json
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from . import __version__
+from .errors import GraderError
+from .options import GradeOptions, probe_for, sandbox_for
+from .outcome import LabReport
+from .safeio import SOURCE_LIMIT_BYTES, read_beneath, read_file
+from .spec import LabSpec
+
+GRADER_PACKAGE = Path(__file__).resolve().parent
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _tree_hash(files: Iterable[tuple[str, bytes]]) -> str:
+    """One hash over named contents, independent of the order they are given in."""
+    h = hashlib.sha256()
+    for name, digest in sorted((name, sha256(data)) for name, data in files):
+        h.update(f"{name}\0{digest}\n".encode())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def grader_source_hash() -> str:
+    """A hash of the grader's own sources: two checkouts with one version number may differ."""
+    files = sorted(p for p in GRADER_PACKAGE.rglob("*") if p.suffix in (".py", ".cu") and "__pycache__" not in p.parts)
+    return _tree_hash((p.relative_to(GRADER_PACKAGE).as_posix(), p.read_bytes()) for p in files)
+
+
+def lab_version(spec: LabSpec) -> str:
+    """A hash of what grades a lab: lab.yaml, the header, the generator and oracle, the
+    reference and the baselines (not the README, the stub or the known solutions)."""
+    named = {"lab.yaml": spec.source, "header": spec.files.header, "problem": spec.files.problem,
+             "reference": spec.files.reference, **{f"baseline.{k}": v for k, v in spec.files.baselines.items()}}
+    return _files_hash(tuple(sorted((name, str(path)) for name, path in named.items())))
+
+
+@functools.lru_cache(maxsize=None)
+def _files_hash(named: tuple[tuple[str, str], ...]) -> str:
+    return _tree_hash((name, Path(path).read_bytes()) for name, path in named)
+
+
+def file_hashes(root: Path, rels: Iterable[str]) -> dict[str, str | None]:
+    """sha256 of each file below ``root`` (None where it is missing or cannot be graded: a link,
+    a folder, too large). Read as the grader reads submissions: no link followed, capped."""
+    out: dict[str, str | None] = {}
+    for rel in rels:
+        try:
+            out[rel] = sha256(read_beneath(root, rel, SOURCE_LIMIT_BYTES))
+        except (GraderError, OSError):
+            out[rel] = None
+    return out
+
+
+def single_file_hash(path: Path) -> str | None:
+    try:
+        return sha256(read_file(path, SOURCE_LIMIT_BYTES))
+    except (GraderError, OSError):
+        return None
+
+
+def options_key(options: GradeOptions) -> dict[str, Any]:
+    """The options that change a grade (what runs and where); not caches or progress."""
+    return {"gpu": options.gpu, "timing": options.timing, "counters": options.counters,
+            "archs": list(options.archs) if options.archs else None, "sandbox": options.sandbox,
+            "time_limit_s": options.submission_limit_s}
+
+
+def content_hash(files: Mapping[str, str | None], labs: Mapping[str, str], options: GradeOptions, where: str = "") -> str:
+    """``where``: the kind of machine (the GPU model, or none): results from a machine without a
+    GPU are not current for one with a GPU."""
+    doc = {"files": dict(files), "labs": dict(labs), "grader": [__version__, grader_source_hash()],
+           "options": options_key(options), "where": where}
+    return sha256(json.dumps(doc, sort_keys=True).encode())
+
+
+@dataclass(frozen=True)
+class Identity:
+    student: str | None
+    repository: str | None  # the folder graded, as given (absolute)
+    commit: str | None  # the commit graded (git), None when not a git repository
+    files: Mapping[str, str | None]  # path as the student knows it -> sha256 (None: missing or refused)
+    labs: Mapping[str, str]  # lab id -> lab version
+    content_hash: str
+    grader_version: str = __version__
+    grader_source: str = field(default_factory=grader_source_hash)
+    graded_at: str = ""  # ISO 8601, UTC
+    host: str = ""
+    gpu: str = ""  # the GPU's name, or "none: why"
+    driver: str | None = None
+    sandbox: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["files"], d["labs"] = dict(self.files), dict(self.labs)
+        return d
+
+
+def identify(specs: list[LabSpec], files: Mapping[str, str | None], options: GradeOptions, *,
+             student: str | None = None, repository: Path | None = None, commit: str | None = None,
+             where: str = "") -> Identity:
+    """The identity of a grading about to run (when and where are filled in by :func:`completed`)."""
+    labs = {spec.id: lab_version(spec) for spec in specs}
+    return Identity(student, str(repository.absolute()) if repository is not None else None, commit, dict(files), labs,
+                    content_hash(files, labs, options, where))
+
+
+def completed(identity: Identity, reports: list[LabReport], options: GradeOptions) -> Identity:
+    """``identity`` with the time, the host, the GPU and the sandbox that graded ``reports``."""
+    env: Mapping[str, object] = reports[0].environment if reports and reports[0].environment else {}
+    gpu, driver, sandbox = env.get("gpu"), env.get("driver"), env.get("sandbox")
+    if gpu is None or sandbox is None:  # no lab got as far as describing its environment
+        probe = probe_for(options)
+        gpu = probe.gpu.name if probe.gpu else f"none: {probe.reason}"
+        driver = probe.gpu.driver if probe.gpu else None
+        sandbox = sandbox_for(options).describe()
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return dataclasses.replace(identity, graded_at=now, host=socket.gethostname(), gpu=str(gpu),
+                               driver=str(driver) if driver is not None else None, sandbox=str(sandbox))

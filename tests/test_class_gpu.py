@@ -1,0 +1,73 @@
+"""A small class graded on the GPU: a lane per GPU, NVML's health samples, and verdicts equal to
+grading each repository alone. Skipped without a GPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.labs import find_lab
+from grader.options import GradeOptions
+from grader.outcome import Outcome, Stage
+
+ROOT = Path(__file__).resolve().parent.parent
+LABS = ("tiled_matmul", "histogram")
+
+
+def _class(base: Path) -> Path:
+    repos = base / "repos"
+    for lab in LABS:
+        for sid in ("ref", "wrong"):
+            target = repos / sid / "labs" / lab / "student.cu"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(find_lab(lab).files.reference, target)
+    shutil.copy(ROOT / "labs/tiled_matmul/solutions/wrong/wrong_tile_index.cu", repos / "wrong/labs/tiled_matmul/student.cu")
+    (repos / "nolabs").mkdir()
+    return repos
+
+
+@pytest.mark.gpu
+def test_nvml_samples_the_gpu_and_the_gate_passes_an_idle_one():
+    from grader.classroom import gpus, health
+
+    devices = gpus.visible(gpus.nvml_devices(), None)
+    assert devices and devices[0].name and devices[0].uuid.startswith(("GPU-", "MIG-"))
+    sample = health.nvml_sampler(devices[0].index)()
+    assert sample.temperature_c is not None and 0 < sample.temperature_c < 120
+    gate = health.lane_gate(devices[0].index, max_wait_s=5)
+    assert gate is not None
+    note = gate()
+    assert note == "" or "other process" in note or "C" in note  # a shared GPU may be busy: then it says why
+
+
+@pytest.mark.gpu
+def test_a_small_class_on_the_gpu_gets_what_each_repository_gets_alone(tmp_path):
+    from grader.classroom import roster
+    from grader.classroom.progress import Display
+    from grader.classroom.run import ClassOptions, grade_class
+    from grader.repo import grade_repo
+
+    repos = _class(tmp_path)
+    out = tmp_path / "out"
+    run = grade_class(roster.from_folder(repos), GradeOptions(), ClassOptions(out, LABS, health_wait_s=30), Display(quiet=True))
+    assert sorted(r.student for r in run.graded) == ["nolabs", "ref", "wrong"]
+    assert all(r.lane.startswith("gpu") for r in run.graded)
+    rows = {r.student: r for r in run.rows}
+    assert rows["ref"].status == "ok" and rows["nolabs"].status == "error" and rows["nolabs"].total == 0
+    assert "has no labs/ folder" in rows["nolabs"].problems[0]
+    ref = json.loads((out / "students" / "ref" / "report.json").read_text())
+    assert not ref["identity"]["gpu"].startswith("none") and ref["identity"]["driver"]
+    assert ref["score"] == ref["max_score"], [(c["id"], c["message"]) for r in ref["labs"] for c in r["checks"]
+                                               if c["outcome"] != "pass"]
+    wrong = json.loads((out / "students" / "wrong" / "report.json").read_text())
+    tiled = next(r for r in wrong["labs"] if r["lab"] == "tiled_matmul")
+    assert all(c["outcome"] == "fail" for c in tiled["checks"] if c["stage"] == "correctness")
+    for sid in ("ref", "wrong"):  # speed verdicts near a threshold may differ between two timings
+        alone = grade_repo(repos / sid, GradeOptions(), labs=list(LABS))
+        in_class = json.loads((out / "students" / sid / "report.json").read_text())["labs"]
+        assert [(r.lab, [(c.id, c.outcome.value) for c in r.checks if c.stage is not Stage.SPEED]) for r in alone] == \
+               [(r["lab"], [(c["id"], c["outcome"]) for c in r["checks"] if c["stage"] != "speed"]) for r in in_class]
+        assert all(c.outcome is not Outcome.ERROR for r in alone for c in r.checks)

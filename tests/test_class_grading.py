@@ -1,0 +1,362 @@
+"""A small real class graded on the CPU (--no-gpu, real nvcc): gradebook, reports against their
+schemas, one engine, resume, shards and their merge, diff, and failures that stay with one student."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from grader.classroom import gradebook, plots
+from grader.identity import lab_version
+from grader.labs import find_lab
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMAS = ROOT / "schemas"
+LABS = ("memory_types", "tiled_matmul")
+ROSTER_ORDER = ["alice", "bob", "carol", "dave", "erin", "frank"]
+
+
+def _schema(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(json.loads((SCHEMAS / name).read_text()))
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@x", "GIT_COMMITTER_NAME": "s",
+           "GIT_COMMITTER_EMAIL": "s@x", "GIT_CONFIG_GLOBAL": os.devnull}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def _put(repo: Path, lab: str, source: Path | str) -> None:
+    target = repo / "labs" / lab / "student.cu"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(source, Path):
+        shutil.copy(source, target)
+    else:
+        target.write_text(source)
+
+
+def _ref(lab: str) -> Path:
+    return ROOT / "reference" / lab / "reference.cu"
+
+
+def _stub(lab: str) -> Path:
+    return ROOT / "student_template" / "labs" / lab / "student.cu"
+
+
+@pytest.fixture(scope="module")
+def klass(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("class")
+    repos = base / "repos"
+    alice = repos / "alice"
+    for lab in LABS:
+        _put(alice, lab, _ref(lab))
+    _git(alice, "init", "-q")
+    _git(alice, "add", ".")
+    _git(alice, "commit", "-qm", "done")
+    bob = repos / "bob"
+    _put(bob, "memory_types", ROOT / "labs/memory_types/solutions/wrong/mask_in_global.cu")
+    _put(bob, "tiled_matmul", ROOT / "labs/tiled_matmul/solutions/wrong/wrong_prototype.cu")
+    (repos / "carol" / "src").mkdir(parents=True)  # no labs/ folder
+    _put(repos / "dave", "tiled_matmul", _stub("tiled_matmul"))  # memory_types not handed in
+    erin = repos / "erin"
+    for lab in LABS:
+        _put(erin, lab, _ref(lab))
+    _git(erin, "init", "-q")
+    _git(erin, "add", ".")
+    _git(erin, "commit", "-qm", "submitted")
+    _git(erin, "tag", "submitted")
+    _put(erin, "tiled_matmul", _stub("tiled_matmul"))  # after the deadline: not graded
+    (base / "roster.csv").write_text("student,path,commit\n" + "\n".join(
+        f"{s},{'repos/' + s if s != 'frank' else 'repos/nobody'},{'submitted' if s == 'erin' else ''}" for s in ROSTER_ORDER) + "\n")
+    return base
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "GITHUB_STEP_SUMMARY")}
+    proc = subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    return proc
+
+
+def grade(klass: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    lab_args = [a for lab in LABS for a in ("--lab", lab)]
+    proc = cli("grade-class", "--roster", str(klass / "roster.csv"), "--out", str(out), "--no-gpu", *lab_args, *extra)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+@pytest.fixture(scope="module")
+def single(klass) -> Path:
+    out = klass / "single"
+    proc = grade(klass, out)
+    assert "graded 6 students, kept 0 already graded" in proc.stdout
+    return out
+
+
+def _rows(out: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
+    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+        return list(reader.fieldnames or []), {r["student"]: r for r in rows}
+
+
+def _report(out: Path, sid: str) -> dict:
+    return json.loads((out / "students" / sid / "report.json").read_text())
+
+
+def _numeric(row: dict[str, str]) -> dict[str, object]:
+    return {k: (float(v) if k not in ("student", "status", "problems", "commit") else v) for k, v in row.items()}
+
+
+def test_grades_csv_has_one_row_per_student_and_validates(single):
+    header, rows = _rows(single)
+    assert header == ["student", *LABS, "total", "max_total", "status", "problems", "commit"]
+    assert list(rows) == ROSTER_ORDER
+    validator = _schema("grades.schema.json")
+    for row in rows.values():
+        validator.validate(_numeric(row))
+        assert float(row["total"]) == pytest.approx(sum(float(row[lab]) for lab in LABS))
+        assert float(row["max_total"]) == sum(find_lab(lab).max_points for lab in LABS)
+        report = _report(single, row["student"])
+        assert float(row["total"]) == report["score"]
+        assert {lab: float(row[lab]) for lab in LABS} == {r["lab"]: r["score"] for r in report["labs"]}
+    assert float(rows["alice"]["memory_types"]) > float(rows["bob"]["memory_types"])  # constant memory missed
+    assert rows["erin"]["tiled_matmul"] == rows["alice"]["tiled_matmul"] != rows["dave"]["tiled_matmul"]
+    assert [rows[s]["status"] for s in ROSTER_ORDER] == ["ok", "error", "error", "error", "ok", "error"]
+    assert rows["bob"]["problems"].startswith("tiled_matmul: compile error: labs/tiled_matmul/student.cu:")
+    assert rows["carol"]["problems"].startswith("all labs: ") and "has no labs/ folder" in rows["carol"]["problems"]
+    assert rows["dave"]["problems"] == "not handed in: memory_types"
+    assert rows["frank"]["problems"].startswith("all labs: repository not found: ") and "(roster line 7)" in rows["frank"]["problems"]
+    assert rows["alice"]["commit"] == _git(single.parent / "repos" / "alice", "rev-parse", "HEAD")
+    assert rows["bob"]["commit"] == ""
+
+
+def test_every_report_validates_and_says_whose_work_it_graded(single, klass):
+    validator = _schema("report.schema.json")
+    versions = {lab: lab_version(find_lab(lab)) for lab in LABS}
+    for sid in ROSTER_ORDER:
+        doc = _report(single, sid)
+        validator.validate(doc)
+        who = doc["identity"]
+        assert who["student"] == sid
+        assert who["repository"] == str((klass / "repos" / (sid if sid != "frank" else "nobody")).absolute())
+        assert who["labs"] == versions
+        assert who["gpu"].startswith("none: ")
+        assert set(who["files"]) == {f"labs/{lab}/student.cu" for lab in LABS}
+        xml = (single / "students" / sid / "report.xml").read_text()
+        assert f'name="identity.student" value="{sid}"' in xml and f'name="identity.content_hash" value="{who["content_hash"]}"' in xml
+        assert f"student {sid}" in (single / "students" / sid / "report.md").read_text()
+    alice = _report(single, "alice")["identity"]
+    assert alice["files"]["labs/tiled_matmul/student.cu"] == hashlib.sha256(_ref("tiled_matmul").read_bytes()).hexdigest()
+    erin = _report(single, "erin")["identity"]
+    assert erin["commit"] == _git(klass / "repos" / "erin", "rev-parse", "submitted")
+    # the commit's file was graded, not the work tree's later stub
+    assert erin["files"]["labs/tiled_matmul/student.cu"] == alice["files"]["labs/tiled_matmul/student.cu"]
+    dave = _report(single, "dave")["identity"]
+    assert dave["files"]["labs/memory_types/student.cu"] is None and dave["commit"] is None
+
+
+def test_gradescope_results_validate_and_match_the_reports(single):
+    validator = _schema("gradescope-results.schema.json")
+    for sid in ROSTER_ORDER:
+        results = json.loads((single / "students" / sid / "results.json").read_text())
+        validator.validate(results)
+        report = _report(single, sid)
+        checks = [(r["lab"], c) for r in report["labs"] for c in r["checks"]]
+        assert results["score"] == report["score"] and results["max_score"] == report["max_score"]
+        assert [t["name"] for t in results["tests"]] == [f"{lab}: {c['id']}" for lab, c in checks]
+        assert [t["score"] for t in results["tests"]] == [c["points"] for _, c in checks]
+        assert [t["status"] == "passed" for t in results["tests"]] == [c["outcome"] == "pass" for _, c in checks]
+        assert results["extra_data"]["identity"]["content_hash"] == report["identity"]["content_hash"]
+
+
+def test_a_student_graded_in_the_class_gets_what_grading_the_repository_alone_gives(single, klass):
+    from grader.options import GradeOptions
+    from grader.repo import grade_repo
+
+    for sid in ("alice", "bob", "dave"):
+        alone = grade_repo(klass / "repos" / sid, GradeOptions(gpu=False), labs=list(LABS))
+        in_class = _report(single, sid)["labs"]
+        assert [(r.lab, [(c.id, c.outcome.value, c.points) for c in r.checks]) for r in alone] == \
+               [(r["lab"], [(c["id"], c["outcome"], c["points"]) for c in r["checks"]]) for r in in_class]
+
+
+def test_summary_counts_checks_and_lists_the_students_with_errors(single, tmp_path, monkeypatch):
+    summary = (single / "summary.md").read_text()
+    assert summary.startswith("# Class summary: 6 students, 2 labs")
+    errors = summary[summary.index("## Students whose grading hit an error"):]
+    assert errors.startswith("## Students whose grading hit an error (4)")
+    assert all(f"`{s}`" in errors for s in ("bob", "carol", "dave", "frank"))
+    assert "`alice`" not in errors and "`erin`" not in errors
+    passed = sum(1 for sid in ROSTER_ORDER for r in _report(single, sid)["labs"] for c in r["checks"]
+                 if r["lab"] == "memory_types" and c["id"] == "mask_in_constant_memory" and c["outcome"] == "pass")
+    (line,) = [ln for ln in summary.splitlines() if ln.startswith("| `mask_in_constant_memory` |")]
+    assert line.split("|")[2].strip() == str(passed) and passed == 2  # alice and erin
+    if plots.available():
+        assert "![Score distribution per lab](plots/scores.png)" in summary
+        for name in ("scores.png", "checks.png"):
+            assert (single / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # without matplotlib: the same summary, no pictures, one line saying why
+    copy = tmp_path / "copy"
+    shutil.copytree(single, copy, ignore=shutil.ignore_patterns("plots"))
+    monkeypatch.setattr(plots, "available", lambda: False)
+    gradebook.write(copy, gradebook.read_manifest(copy))
+    bare = (copy / "summary.md").read_text()
+    assert "![" not in bare and plots.MISSING_NOTE in bare and not (copy / "plots").exists()
+    assert bare.replace(plots.MISSING_NOTE + "\n", "") == summary.replace(
+        "![Score distribution per lab](plots/scores.png)\n![Pass rate per check](plots/checks.png)\n", "")
+
+
+def _graded_at(out: Path) -> dict[str, str]:
+    return {sid: _report(out, sid)["identity"]["graded_at"] + _report(out, sid)["identity"]["content_hash"]
+            for sid in ROSTER_ORDER}
+
+
+def test_a_killed_run_resumes_with_the_students_it_had_not_finished(single, klass, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(single, out)
+    proc = grade(klass, out)
+    assert "graded 0 students, kept 6 already graded" in proc.stdout
+    before = _graded_at(out)
+    # killed while writing alice (her folder half-written under its temporary name), bob's report
+    # cut short, and dave handed in memory_types since
+    os.replace(out / "students" / "alice", out / "students" / ".partial-alice")
+    (out / "students" / ".partial-alice" / "report.json").write_text('{"identity": {"content')
+    report = out / "students" / "bob" / "report.json"
+    report.write_text(report.read_text()[:100])
+    _put(klass / "repos" / "dave", "memory_types", _ref("memory_types"))
+    try:
+        proc = grade(klass, out)
+        assert "graded 3 students, kept 3 already graded" in proc.stdout, proc.stdout
+        after = _graded_at(out)
+        assert [s for s in ROSTER_ORDER if after[s] == before[s]] == ["carol", "erin", "frank"]
+        assert not (out / "students" / ".partial-alice").exists()
+        _, rows = _rows(out)
+        assert float(rows["dave"]["memory_types"]) == float(rows["alice"]["memory_types"]) > 0
+        assert rows["dave"]["status"] == "ok"
+        proc = grade(klass, out, "--force")
+        assert "graded 6 students, kept 0 already graded" in proc.stdout
+        # diff: only dave changed against the first run
+        diff = cli("diff", str(single), str(out))
+        assert diff.returncode == 1, diff.stderr
+        assert diff.stdout.splitlines()[0].startswith("1 students changed")
+        assert f"dave: 0 -> {rows['dave']['total']}" in diff.stdout
+        assert "  memory_types/compile: error -> pass" in diff.stdout
+    finally:
+        (klass / "repos" / "dave" / "labs" / "memory_types" / "student.cu").unlink()
+        shutil.rmtree(klass / "repos" / "dave" / "labs" / "memory_types")
+
+
+def _normalised(path: Path) -> object:
+    """A results file less what differs between two gradings of the same work (time, cache)."""
+    if path.suffix == ".md":
+        return re.sub(r"graded \d{4}-\S+Z|build_cached: \w+", "", path.read_text())
+    if path.suffix != ".json":
+        return path.read_bytes()
+    doc = json.loads(path.read_text())
+    who = doc.get("identity") or doc.get("extra_data", {}).get("identity") or {}
+    who.pop("graded_at", None)
+    for lab in doc.get("labs", []):
+        lab.pop("stage_seconds", None)
+        lab.get("environment", {}).pop("build_cached", None)
+        for c in lab.get("checks", []):
+            c.pop("duration_s", None)
+    return doc
+
+
+def _files(out: Path) -> dict[str, object]:
+    return {str(p.relative_to(out)): _normalised(p) for p in sorted(out.rglob("*"))
+            if p.is_file() and p.suffix in (".json", ".csv", ".md", ".png")}
+
+
+def test_merged_shards_are_what_a_single_run_writes(single, klass, tmp_path):
+    one, two, merged = tmp_path / "s1", tmp_path / "s2", tmp_path / "merged"
+    grade(klass, one, "--shard", "1/2")
+    grade(klass, two, "--shard", "2/2")
+    graded = [set(gradebook.read_manifest(d).students) for d in (one, two)]
+    assert graded[0] | graded[1] == set(ROSTER_ORDER) and not graded[0] & graded[1]
+    assert len(graded[0]) == len(graded[1]) == 3
+    _, rows = _rows(one)
+    assert set(rows) == graded[0]  # a shard's own gradebook holds its students only
+    missing = cli("merge", str(one), "--out", str(merged))
+    assert missing.returncode == 2 and missing.stderr.strip() == "error: missing shard 2/2 of this class"
+    twice = cli("merge", str(one), str(one), "--out", str(merged))
+    assert twice.returncode == 2 and "shard 1/2 is given twice" in twice.stderr
+    proc = cli("merge", str(two), str(one), "--out", str(merged))
+    assert proc.returncode == 0, proc.stderr
+    expected, got = _files(single), _files(merged)
+    assert sorted(got) == sorted(expected)
+    for name in expected:
+        assert got[name] == expected[name], name
+    same = cli("diff", str(single), str(merged))
+    assert same.returncode == 0 and same.stdout.startswith("no student's score or verdicts changed")
+
+
+def test_one_students_failure_never_stops_the_class(klass, tmp_path, monkeypatch):
+    from grader.classroom import roster, student
+    from grader.classroom.progress import Display
+    from grader.classroom.run import ClassOptions, grade_class
+    from grader.options import GradeOptions
+
+    repos = tmp_path / "repos"
+    shutil.copytree(klass / "repos" / "alice", repos / "alice", ignore=shutil.ignore_patterns(".git"))
+    shutil.copytree(klass / "repos" / "alice", repos / "buggy", ignore=shutil.ignore_patterns(".git"))
+    (repos / "piped" / "labs" / "tiled_matmul").mkdir(parents=True)
+    os.mkfifo(repos / "piped" / "labs" / "tiled_matmul" / "student.cu")  # would block a careless reader forever
+    real = student.grade_repo
+
+    def flaky(repo, *args, **kwargs):
+        if repo.name == "buggy":
+            raise RuntimeError("a bug in the grader")
+        return real(repo, *args, **kwargs)
+
+    monkeypatch.setattr(student, "grade_repo", flaky)
+    monkeypatch.setenv("GRADER_LOG", str(tmp_path / "errors.log"))
+    run = grade_class(roster.from_folder(repos), GradeOptions(gpu=False), ClassOptions(tmp_path / "out", ("tiled_matmul",)),
+                      Display(quiet=True))
+    rows = {r.student: r for r in run.rows}
+    assert [r.student for r in run.graded] == ["alice", "buggy", "piped"]
+    assert rows["alice"].status == "ok" and rows["alice"].total == 2
+    (problem,) = rows["buggy"].problems
+    assert problem.startswith("tiled_matmul: internal grader error ") and "RuntimeError: a bug in the grader" in problem
+    assert "Traceback" in (tmp_path / "errors.log").read_text()
+    (problem,) = rows["piped"].problems
+    assert problem == ("tiled_matmul: labs/tiled_matmul/student.cu is a FIFO (named pipe): a submitted source file must be "
+                       "a regular file: the lab's file must be at labs/tiled_matmul/student.cu")
+    assert "buggy" in (tmp_path / "out" / "summary.md").read_text().split("## Students whose grading hit an error")[1]
+
+
+def test_the_slurm_script_grades_one_shard_per_task_and_merges_them(klass, tmp_path):
+    """The array job with SLURM's variables and a stand-in sbatch that records the merge step."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/sbatch.log\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    (tmp_path / "roster.csv").write_text(f"student,path\nalice,{klass}/repos/alice\ndave,{klass}/repos/dave\n")
+    script = ROOT / "ci" / "slurm" / "grade-class.sbatch"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GRADER": f"{sys.executable} -m grader",
+           "GRADER_NO_GPU": "1", "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "1",
+           "SLURM_CPUS_PER_TASK": "2"}
+    results = tmp_path / "results"
+    for task in ("1", "2"):
+        done = subprocess.run(["bash", str(script), str(tmp_path / "roster.csv"), str(results)], cwd=ROOT, capture_output=True,
+                              text=True, env={**env, "SLURM_ARRAY_TASK_ID": task}, timeout=600)
+        assert done.returncode == 0, done.stderr
+    (merge_call,) = (tmp_path / "sbatch.log").read_text().splitlines()  # submitted once, by the first task
+    assert "--dependency=afterany:42" in merge_call and merge_call.endswith(f"--merge {results} 2")
+    done = subprocess.run(["bash", str(script), "--merge", str(results), "2"], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    _, rows = _rows(results / "class")
+    assert list(rows) == ["alice", "dave"] and float(rows["alice"]["tiled_matmul"]) == 2

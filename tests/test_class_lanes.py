@@ -1,0 +1,80 @@
+"""A GPU lane's process machinery, run on the CPU: the lane's own process (what it sees of the
+GPU, its temporary folder), progress through the queue, and a lane process that dies mid-student."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+from grader.classroom import plan, roster
+from grader.classroom.gpus import GpuSlot
+from grader.classroom.progress import Display
+from grader.classroom.scheduler import Scheduler
+from grader.options import GradeOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = "tiled_matmul"
+
+
+class Recorder(Display):
+    def __init__(self) -> None:
+        super().__init__(quiet=True)
+        self.events: list[tuple[str, str, str]] = []
+        self.on_event = None
+
+    def lane(self, lane: str, student: str, text: str) -> None:
+        self.events.append((lane, student, text))
+        if self.on_event is not None:
+            self.on_event(lane, student, text)
+
+
+def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
+    from grader.labs import find_lab
+
+    repos = tmp_path / "repos"
+    for sid in ("alice", "victim", "zoe"):
+        target = repos / sid / "labs" / LAB / "student.cu"
+        target.parent.mkdir(parents=True)
+        shutil.copy(find_lab(LAB).files.reference, target)
+    out = tmp_path / "out"
+    options = GradeOptions(gpu=False)  # the lane's machinery without a GPU: compile and compiled-code checks
+    jobs = [plan.plan_student(s, [find_lab(LAB)], options, out, tmp_path) for s in roster.from_folder(repos)]
+    slot = GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0))
+    display = Recorder()
+    scheduler = Scheduler(options, [slot], [("sm_90",)], display, jobs=1)
+    killed: list[int] = []
+
+    def kill_the_lane(lane: str, student: str, text: str) -> None:
+        if student == "victim" and text.startswith(f"[{LAB}]") and not killed:
+            lane_obj = scheduler_lanes[0]
+            for proc in list(getattr(lane_obj.pool, "_processes", {}).values()):
+                killed.append(proc.pid)
+                os.kill(proc.pid, signal.SIGKILL)
+
+    real_lanes = scheduler._lanes
+    scheduler_lanes: list = []
+
+    def lanes():
+        made = real_lanes()
+        scheduler_lanes.extend(made)
+        return made
+
+    scheduler._lanes = lanes  # type: ignore[method-assign]
+    display.on_event = kill_the_lane
+    results = scheduler.run(jobs)
+    assert [r.student for r in results] == ["alice", "victim", "zoe"]
+    assert all(r.lane == "gpu7" for r in results)
+    assert killed
+    # progress from inside the lane process came through the queue
+    assert any(lane == "gpu7" and sid == "alice" and text.startswith(f"[{LAB}] compiling") for lane, sid, text in display.events)
+    alice = json.loads((out / "students" / "alice" / "report.json").read_text())
+    assert alice["score"] == 2 and alice["identity"]["student"] == "alice"
+    victim = json.loads((out / "students" / "victim" / "report.json").read_text())
+    assert victim["labs"][0]["checks"][0]["message"].startswith("the grading process died")
+    assert results[1].problems and not results[2].problems  # the lane started afresh for zoe
+    # the lane's temporary folder (and so its profiling lock) is the GPU's own
+    assert (Path(tempfile.gettempdir()) / f"cuda-grader-gpu-{slot.key}" / "grader-gpu.lock").exists()

@@ -1,0 +1,299 @@
+"""Class runs without grading: rosters, shards, GPU selection, the health gate, the GPU lock, git identity."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.classroom import gpulock, gpus, health, roster, shard
+from grader.classroom.health import HealthGate, HealthSample
+from grader.classroom.roster import RosterError
+from grader.cli import main as cli_main
+from grader.errors import GraderError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ------------------------------------------------------------------ rosters
+
+
+def _roster(tmp_path: Path, text: str | bytes) -> Path:
+    path = tmp_path / "roster.csv"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+def test_roster_with_header_comments_and_commit(tmp_path):
+    path = _roster(tmp_path, "\ufeffStudent,Path,Commit\n# a comment\n\nalice,repos/alice,\nbob@uni.edu,/abs/bob,v1.0\n")
+    students = roster.load(path)
+    assert [s.id for s in students] == ["alice", "bob@uni.edu"]
+    assert students[0].path == tmp_path / "repos" / "alice" and students[0].commit is None and students[0].line == 4
+    assert students[1].path == Path("/abs/bob") and students[1].commit == "v1.0" and students[1].line == 5
+
+
+def test_roster_without_header(tmp_path):
+    students = roster.load(_roster(tmp_path, "alice,a\nbob,b,0123abcd\n"))
+    assert [(s.id, s.path.name, s.commit) for s in students] == [("alice", "a", None), ("bob", "b", "0123abcd")]
+
+
+@pytest.mark.parametrize("text,line,problem", [
+    ("student,path\nalice,a\nalice,b\n", 3, "student 'alice' is listed twice (first on line 2)"),
+    ("student,path\nalice\n", 2, "expected 2 fields (student, path), found 1"),
+    ("student,path\nalice,a,b,c\n", 2, "expected 2 fields (student, path), found 4"),
+    ("student,path\n../evil,a\n", 2, "student id '../evil' may hold only letters"),
+    ("student,path\n,a\n", 2, "the student id is empty"),
+    ("student,path\nalice,\n", 2, "no repository path for student 'alice'"),
+    ("student,path,commit\nalice,a,--upload-pack=x\n", 2, "commit '--upload-pack=x' is not a commit hash, tag or branch name"),
+    ("student,pth\nalice,a\n", 1, "unknown column 'pth' (columns: student, path, commit); did you mean 'path'?"),
+    ("student,commit\nalice,a\n", 1, "the header has no 'path' column"),
+    ('student,path\n"alice,a\n', 2, "not a CSV line"),
+])
+def test_a_bad_roster_line_is_one_message_naming_file_line_and_problem(tmp_path, capsys, text, line, problem):
+    path = _roster(tmp_path, text)
+    with pytest.raises(RosterError) as err:
+        roster.load(path)
+    assert str(err.value).startswith(f"{path}:{line}: {problem}")
+    code = cli_main(["grade-class", "--roster", str(path), "--out", str(tmp_path / "out"), "--no-gpu", "-q"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.startswith(f"error: {path}:{line}: {problem}")
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+    assert not (tmp_path / "out").exists()  # nothing graded
+
+
+def test_roster_file_problems(tmp_path):
+    with pytest.raises(RosterError, match="roster not found"):
+        roster.load(tmp_path / "none.csv")
+    with pytest.raises(RosterError, match=r"not UTF-8 text \(first bad byte on line 2\)"):
+        roster.load(_roster(tmp_path, b"student,path\nal\xe9,a\n"))
+    with pytest.raises(RosterError, match="no students in the roster"):
+        roster.load(_roster(tmp_path, "student,path\n# nobody yet\n"))
+
+
+def test_a_class_folder_is_one_student_per_subfolder(tmp_path):
+    for name in ("bob", "alice", ".git"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    assert [(s.id, s.path) for s in roster.from_folder(tmp_path)] == [("alice", tmp_path / "alice"), ("bob", tmp_path / "bob")]
+    (tmp_path / "bad name").mkdir()
+    with pytest.raises(RosterError, match="folder 'bad name': student id 'bad name' may hold only"):
+        roster.from_folder(tmp_path)
+    with pytest.raises(RosterError, match="folder not found"):
+        roster.from_folder(tmp_path / "missing")
+
+
+def test_grade_class_needs_a_folder_or_a_roster(tmp_path, capsys):
+    assert cli_main(["grade-class", "--out", str(tmp_path / "o")]) == 2
+    assert "give either a folder of student repositories or --roster CSV" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ shards
+
+
+def test_shards_partition_the_class_deterministically_and_evenly():
+    ids = [f"s{k:03d}" for k in range(23)]
+    slices = [shard.Shard(i, 4).select(ids) for i in range(1, 5)]
+    assert set().union(*slices) == set(ids)
+    assert sum(len(s) for s in slices) == len(ids)  # disjoint
+    assert max(map(len, slices)) - min(map(len, slices)) <= 1
+    shuffled = list(reversed(ids))
+    assert [shard.Shard(i, 4).select(shuffled) for i in range(1, 5)] == slices  # roster order does not matter
+    assert shard.Shard(1, 1).select(ids) == set(ids)
+
+
+@pytest.mark.parametrize("text,message", [("3", "expected I/N"), ("0/2", "between 1 and N"), ("3/2", "between 1 and N"),
+                                          ("1/0", "between 1 and N"), ("a/b", "expected I/N")])
+def test_bad_shards_are_refused(text, message):
+    with pytest.raises(GraderError, match=message):
+        shard.parse(text)
+    assert shard.parse(" 2/5 ") == shard.Shard(2, 5)
+
+
+# ------------------------------------------------------------------ GPUs and lanes
+
+DEVICES = [gpus.GpuSlot(i, f"GPU-{i}aaa-{i}", "H100", (9, 0)) for i in range(4)]
+
+
+@pytest.mark.parametrize("visible,expected", [
+    (None, [0, 1, 2, 3]), ("2,0", [2, 0]), ("GPU-3aaa", [3]), ("1,7,2", [1]), ("", []), ("-1", []), ("1,1", [1]),
+])
+def test_cuda_visible_devices_narrows_the_gpus(visible, expected):
+    assert [d.index for d in gpus.visible(DEVICES, visible)] == expected
+
+
+def test_gpus_option_picks_among_the_visible_ones():
+    seen = gpus.visible(DEVICES, "3,1,2")
+    assert [d.index for d in gpus.select(seen, None)] == [3, 1, 2]
+    assert [d.index for d in gpus.select(seen, "all")] == [3, 1, 2]
+    assert gpus.select(seen, "none") == []
+    assert [d.index for d in gpus.select(seen, "2,0")] == [2, 3]
+    with pytest.raises(GraderError, match="there is no GPU 3 here"):
+        gpus.select(seen, "3")
+    with pytest.raises(GraderError, match="expected all, none or GPU numbers"):
+        gpus.select(seen, "two")
+    assert DEVICES[1].lane == "gpu1" and DEVICES[1].arch == "sm_90" and DEVICES[1].key == "GPU-1aaa-1"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_health_gate_passes_a_quiet_gpu_at_once():
+    clock = _Clock()
+    gate = HealthGate(lambda: HealthSample((10, 11), 60, 90, 0x1), lambda pid: True, 30, 2, clock.sleep, clock)
+    assert gate() == "" and clock.now == 0
+
+
+def test_health_gate_waits_for_another_process_to_leave():
+    clock = _Clock()
+    samples = iter([HealthSample((10, 99), 60), HealthSample((10, 99), 60), HealthSample((10,), 60)])
+    gate = HealthGate(lambda: next(samples), lambda pid: pid == 10, 30, 2, clock.sleep, clock)
+    assert gate() == ""
+    assert clock.now == 4 and gate.waited_s == 4
+
+
+def test_health_gate_marks_a_persistently_disturbed_gpu_noisy():
+    clock = _Clock()
+    sample = HealthSample((10, 99, 98), temperature_c=87, slowdown_c=90, clock_reasons=0x40 | 0x4 | 0x1)
+    gate = HealthGate(lambda: sample, lambda pid: {10: True, 99: False}.get(pid), 10, 3, clock.sleep, clock)
+    note = gate()
+    assert clock.now == 10
+    assert note == ("1 other process on the GPU (PID 99); clocks slowed down (HwThermalSlowdown); "
+                    "GPU at 87 C, slows down at 90 C (still so after waiting 10 s)")
+
+
+def test_health_gate_does_not_block_when_the_gpu_cannot_be_read():
+    def broken() -> HealthSample:
+        raise RuntimeError("NVML gone")
+
+    assert HealthGate(broken, lambda pid: True, 10)() == ""
+
+
+def test_descendants_are_the_graders_own_processes():
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess,sys; subprocess.run(['sleep','30'])"])
+    try:
+        for _ in range(100):
+            grandchildren = subprocess.run(["pgrep", "-P", str(child.pid)], capture_output=True, text=True).stdout.split()
+            if grandchildren:
+                break
+            time.sleep(0.05)
+        ours = health.descendant_of(os.getpid())
+        assert ours(os.getpid()) is True and ours(child.pid) is True
+        assert grandchildren and ours(int(grandchildren[0])) is True
+        assert ours(1) is False
+        assert health.descendant_of(child.pid)(os.getpid()) is False
+        assert ours(2 ** 22 + 12345) is None  # no such PID here: cannot tell
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_speed_note_marks_only_timed_checks():
+    from grader.outcome import CheckResult, LabReport, Outcome, Stage
+    from grader.repo import timed_on_disturbed_gpu
+
+    report = LabReport("x", "X", "f.cu", (CheckResult("c", Stage.CORRECTNESS, Outcome.PASS, 1, 1, "ok"),
+                                           CheckResult("s", Stage.SPEED, Outcome.PASS, 2, 2, "1.5x")))
+    noted = timed_on_disturbed_gpu(report, "GPU at 88 C")
+    assert [c.message for c in noted.checks] == ["ok", "1.5x [timed on a disturbed GPU: GPU at 88 C]"]
+    assert noted.environment["timing_noisy"] == "GPU at 88 C"
+
+
+def test_the_gpu_lock_lets_one_grader_at_a_time(tmp_path):
+    folder = gpulock.gpu_folder("GPU-test", base=tmp_path)
+    assert folder == tmp_path / "cuda-grader-gpu-GPU-test" and oct(folder.stat().st_mode & 0o7777) == "0o1777"
+    code = ("import sys, time; from pathlib import Path; from grader.classroom.gpulock import gpu_lock\n"
+            "with gpu_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(1.5)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with gpulock.gpu_lock(folder, poll_s=0.05) as waited:
+            pass
+        assert waited > 1.0  # we got it only once the other had held it its 1.5 s
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ------------------------------------------------------------------ identity from git
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@x", "GIT_COMMITTER_NAME": "s",
+           "GIT_COMMITTER_EMAIL": "s@x", "GIT_CONFIG_GLOBAL": os.devnull}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_commit_of_a_repository_owned_by_another_user(tmp_path):
+    from grader import gitinfo
+
+    repo = tmp_path / "alice"
+    (repo / "labs").mkdir(parents=True)
+    _git(repo, "init", "-q")
+    (repo / "labs" / "f.cu").write_text("// v1\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "v1")
+    head = _git(repo, "rev-parse", "HEAD")
+    assert gitinfo.resolve(repo) == head
+    assert gitinfo.resolve(repo / "labs") is None  # inside a repository is not a repository
+    assert gitinfo.resolve(repo, "no-such-branch") is None
+    assert gitinfo.resolve(repo, "--output=/tmp/x") is None
+    if os.getuid() == 0:  # git refuses a repository of another owner unless it is declared safe
+        subprocess.run(["chown", "-R", "65534:65534", str(repo)], check=True)
+        plain = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                               env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull})
+        assert plain.returncode != 0 and "dubious ownership" in plain.stderr
+        assert gitinfo.resolve(repo) == head
+
+
+def test_grade_repo_on_a_folder_without_labs_is_an_input_error(tmp_path, capsys):
+    (tmp_path / "src").mkdir()
+    code = cli_main(["grade-repo", str(tmp_path), "--no-gpu", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == (f"error: {tmp_path}: not a student repository: it has no labs/ folder "
+                           "(expected labs/<lab>/student.cu, for example labs/boundary_checks/student.cu)")
+
+
+def test_progress_is_live_on_a_terminal_and_plain_lines_elsewhere():
+    import io
+
+    from grader.classroom import progress
+    from grader.classroom.student import StudentResult
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    plain = io.StringIO()
+    shown = progress.make(False, plain)
+    assert type(shown) is progress.Display
+    shown.begin(2, 1, ["cpu0"])
+    shown.finished(StudentResult("alice", 12, 127, 1.5, (), "cpu0"))
+    shown.finished(StudentResult("bob", 0, 127, 0.5, ("x: compile error",), "cpu0"))
+    lines = plain.getvalue().splitlines()
+    assert lines[0].startswith("1 students already graded") and lines[1] == "grading 2 students on 1 lanes (cpu0)"
+    assert lines[2].startswith("[1/2] alice: 12/127 in 1.5 s on cpu0 (ETA ")
+    assert lines[3].startswith("[2/2] bob: 0/127 in 0.5 s on cpu0, 1 problem (ETA 0 s)")
+    assert progress.make(True, plain).quiet
+    tty = Terminal()
+    live = progress.make(False, tty)
+    assert isinstance(live, progress.LiveDisplay)
+    live.begin(2, 0, ["gpu0", "gpu1"])
+    live.lane("gpu0", "alice", "[histogram] timing against reference")
+    live.finished(StudentResult("alice", 12, 127, 1.5, (), "gpu0"))
+    live.close()
+    assert "[1/2] alice: 12/127" in tty.getvalue() and "ETA" in tty.getvalue()
