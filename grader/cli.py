@@ -144,6 +144,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.source is not None and args.stub:
         raise GraderError("give either a source file or --stub, not both")
     source = args.source or (spec.files.stub if args.stub else spec.files.reference)
+    if source is None:
+        raise GraderError(f"a student bundle has no reference solution to grade: give your file, e.g. "
+                          f"`cuda-grader grade {spec.id} labs/{spec.id}/student.cu`", path=spec.source)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work
     report = grade(spec, source, _options(args), _progress(args), display_name=shown(source))

@@ -15,7 +15,7 @@ from .grade import LabGrading, prebuild
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress, no_progress
 from .outcome import CheckResult, LabReport, Outcome, Stage
-from .plan import fill_checks
+from .plan import course_only_results, fill_checks, in_plan_order, runnable
 from .safeio import UnsafeFile, submission_file
 from .spec import LabSpec
 
@@ -31,8 +31,8 @@ def _missing(spec: LabSpec, path: Path, display: str, why: str = "") -> LabRepor
     what = why or ("is a directory, not a file" if path.is_dir() and not path.is_symlink() else "not found")
     compile_check = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0,
                                 f"{display} {what}: the lab's file must be at {SUBMISSION_PATH.format(lab=spec.id)}")
-    checks = [compile_check, *fill_checks(spec, [compile_check], set(Stage), Outcome.FAIL, "not graded: no submission")]
-    return LabReport(spec.id, spec.title, display, tuple(checks))
+    checks = [compile_check, *fill_checks(runnable(spec), [compile_check], set(Stage), Outcome.FAIL, "not graded: no submission")]
+    return LabReport(spec.id, spec.title, display, tuple(in_plan_order(spec, [*checks, *course_only_results(spec)])))
 
 
 def _unsafe(path: Path, root: Path | None, display: str) -> str:
@@ -54,8 +54,8 @@ def _crashed(spec: LabSpec, display: str, exc: BaseException) -> LabReport:
     # a user-input problem (say, an unreadable file) is shown as it is, not logged as our bug
     message = str(exc) if isinstance(exc, GraderError) else internal_error_message(exc)
     first = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message)
-    checks = [first, *fill_checks(spec, [first], set(Stage), Outcome.ERROR, "not graded: the grader failed on this lab")]
-    return LabReport(spec.id, spec.title, display, tuple(checks))
+    checks = [first, *fill_checks(runnable(spec), [first], set(Stage), Outcome.ERROR, "not graded: the grader failed on this lab")]
+    return LabReport(spec.id, spec.title, display, tuple(in_plan_order(spec, [*checks, *course_only_results(spec)])))
 
 
 def grade_many(
@@ -102,7 +102,7 @@ def grade_many(
                 reports[i] = grading.finish()
             except Exception as exc:
                 grading.close()
-                reports[i] = _crashed(grading.spec, grading.name, exc)
+                reports[i] = _crashed(grading.whole, grading.name, exc)
     return [r for r in reports if r is not None]
 
 
