@@ -3,7 +3,7 @@
 Exit codes:
   0  grading finished (whatever the score), unless --fail-under was given and missed
   1  the score is below --fail-under; `validate`: a verdict differs; `readme --check`: a README is stale
-  2  bad input: unknown lab, missing or unreadable file, malformed lab.yaml, bad option
+  2  bad input: unknown lab, no labs found, missing or unreadable file, malformed lab.yaml, bad option
   3  internal error in the grader (a short id points to the full trace in the log)
 """
 
@@ -20,7 +20,7 @@ from .grade import grade
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress
 from .outcome import LabReport, fmt_points
-from .paths import shown
+from .paths import BUNDLE_LABS, locate_labs, look_in_repo, shown, use_labs
 from .repo import grade_repo
 from .report import data as json_report
 from .report import junit, text
@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 graded, 1 below --fail-under, 2 bad input, 3 internal error.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _labs_option(p, None)
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("grade", help="grade one .cu file for one lab")
@@ -61,10 +62,19 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
     m.add_argument("--check", action="store_true", help="write nothing; exit 1 if a README differs from its lab.yaml")
 
-    sub.add_parser("labs", help="list the labs")
+    sub.add_parser("labs", help="list the labs and say where they were found")
     c = sub.add_parser("check-lab", help="load a lab's YAML and report any error in it")
     c.add_argument("lab", help="lab id or path to lab.yaml")
+
+    for parser in sub.choices.values():
+        _labs_option(parser, argparse.SUPPRESS)
     return p
+
+
+def _labs_option(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument("--labs", dest="labs_dir", type=Path, default=default, metavar="DIR",
+                   help="grade with the labs in DIR (default: $GRADER_LABS_DIR, the course repository the grader runs "
+                        f"from, or the repository's own bundle, {BUNDLE_LABS})")
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:
@@ -140,6 +150,8 @@ def _arch(value: str) -> str:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    if args.source is not None:
+        look_in_repo(args.source.parent)
     spec = find_lab(args.lab)
     if args.source is not None and args.stub:
         raise GraderError("give either a source file or --stub, not both")
@@ -147,6 +159,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if source is None:
         raise GraderError(f"a student bundle has no reference solution to grade: give your file, e.g. "
                           f"`cuda-grader grade {spec.id} labs/{spec.id}/student.cu`", path=spec.source)
+    _say_bundle(args)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work
     report = grade(spec, source, _options(args), _progress(args), display_name=shown(source))
@@ -156,8 +169,19 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def cmd_grade_repo(args: argparse.Namespace) -> int:
     if args.fail_under is not None:
         _fail_under(args.fail_under, 1.0)
+    look_in_repo(args.repo)
+    if args.repo.is_dir():
+        _say_bundle(args)
     reports = grade_repo(args.repo, _options(args), _progress(args), labs=args.labs)
     return _finish(reports, args)
+
+
+def _say_bundle(args: argparse.Namespace) -> None:
+    """Where the labs come from, when it is a repository's student bundle (it grades fewer checks)."""
+    found = locate_labs()
+    if found.path is not None and found.how == "the repository's student bundle":
+        _progress(args)(f"labs: {shown(found.path)} (the repository's student bundle: checks that need the course's "
+                        "files are left to the course's runner)")
 
 
 def _finish(reports: list[LabReport], args: argparse.Namespace) -> int:
@@ -225,9 +249,13 @@ def _write_reports(reports: list[LabReport], args: argparse.Namespace) -> None:
 
 
 def cmd_labs(_: argparse.Namespace) -> int:
-    for lab_id in lab_ids():
+    ids = lab_ids()
+    found = locate_labs()
+    _say(f"labs in {shown(found.path) if found.path else '?'} ({found.how})")
+    for lab_id in ids:
         spec = find_lab(lab_id)
-        print(f"{lab_id:<18} {spec.title} ({fmt_points(spec.max_points)} points)")
+        note = "" if spec.has_course_files else " [student bundle]"
+        print(f"{lab_id:<18} {spec.title} ({fmt_points(spec.max_points)} points){note}")
     return EXIT_OK
 
 
@@ -244,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         "labs": cmd_labs, "check-lab": cmd_check_lab,
     }[args.command]
     try:
+        use_labs(args.labs_dir)
+        look_in_repo(None)
         return handler(args)
     except GraderError as exc:
         _say(f"error: {exc}")
