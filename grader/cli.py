@@ -15,12 +15,13 @@ import sys
 from pathlib import Path
 
 from . import __version__, labdoc, readme
+from . import release as releasing
 from .errors import GraderError, internal_error_id, internal_error_log
 from .grade import grade
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress
 from .outcome import LabReport, fmt_points
-from .paths import BUNDLE_LABS, locate_labs, look_in_repo, shown, use_labs
+from .paths import BUNDLE_LABS, labs_dir, locate_labs, look_in_repo, shown, use_labs
 from .repo import grade_repo
 from .report import data as json_report
 from .report import junit, text
@@ -66,6 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check-lab", help="load a lab's YAML and report any error in it")
     c.add_argument("lab", help="lab id or path to lab.yaml")
 
+    e = sub.add_parser("release", help="instructors: write the student repository (its labs bundled, without the course's "
+                                       "answers), or with --course the bundle the course's runners grade with")
+    e.add_argument("--out", type=Path, required=True, help="the folder to write (new, empty, or an earlier release)")
+    e.add_argument("--course", action="store_true", help="the course bundle: every lab with its reference solution and "
+                                                         "baselines, no known solutions (use it with --labs DIR/labs)")
     for parser in sub.choices.values():
         _labs_option(parser, argparse.SUPPRESS)
     return p
@@ -259,6 +265,14 @@ def cmd_labs(_: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_release(args: argparse.Namespace) -> int:
+    written = releasing.release(labs_dir(), args.out, course=args.course)
+    what = ("the course bundle: grade with `--labs " + str(args.out / "labs") + "`" if args.course
+            else f"a student repository, its labs bundled in {BUNDLE_LABS}")
+    print(f"wrote {len(written)} files to {shown(args.out)}: {what}")
+    return EXIT_OK
+
+
 def cmd_check_lab(args: argparse.Namespace) -> int:
     spec = find_lab(args.lab)
     print(f"{spec.source}: ok ({len(spec.correctness.cases)} correctness cases, {fmt_points(spec.max_points)} points)")
@@ -269,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
         "grade": cmd_grade, "grade-repo": cmd_grade_repo, "validate": cmd_validate, "readme": cmd_readme,
-        "labs": cmd_labs, "check-lab": cmd_check_lab,
+        "labs": cmd_labs, "check-lab": cmd_check_lab, "release": cmd_release,
     }[args.command]
     try:
         use_labs(args.labs_dir)
