@@ -262,3 +262,50 @@ def test_a_student_bundle_cannot_grade_its_reference_or_validate(capsys, release
     assert "this lab is a student bundle, without its reference and known solutions" in capsys.readouterr().err
     assert main(["--labs", labs, "readme", "--check"]) == 2
     assert "this lab is a student bundle: its README is written from the course repository" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ on a GPU: the runner's results are the course's
+
+
+def _checks(doc: dict) -> dict[tuple[str, str], dict]:
+    return {(lab["lab"], c["id"]): c for lab in doc["labs"] for c in lab["checks"]}
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_on_a_gpu_the_course_bundle_grades_as_the_course_repository(monkeypatch, tmp_path, released, course_bundle, capsys):
+    """The released repository, once with its stubs and once with every lab's reference solution
+    handed in, graded three ways with the same secret: from the course repository, from the course
+    bundle as the runner does (--labs), and from the repository's own student bundle. The course
+    bundle must give the course's verdicts and points; the student bundle the same on every check
+    but the course-only ones, which it skips. Speed points may move with timing noise, so for
+    those only the verdict must agree (and the points within a quarter of the check's)."""
+    monkeypatch.setenv("GRADER_SECRET", "same-inputs-for-every-run")
+    with_references = tmp_path / "references"
+    shutil.copytree(released, with_references)
+    for lab_id in lab_ids():
+        shutil.copy(find_lab(lab_id).files.reference, with_references / "labs" / lab_id / "student.cu")
+    for repo in (released, with_references):
+        runs = {}
+        for name, extra in (("repository", []), ("course bundle", ["--labs", str(course_bundle / "labs")]),
+                            ("student bundle", ["--labs", str(repo / ".cuda-grader" / "labs")])):
+            out = tmp_path / f"{repo.name}-{name.replace(' ', '-')}.json"
+            assert main([*extra, "grade-repo", str(repo), "--json", str(out), "-q"]) == 0
+            runs[name] = _checks(json.loads(out.read_text()))
+        capsys.readouterr()
+        course = runs["repository"]
+        for name in ("course bundle", "student bundle"):
+            got = runs[name]
+            assert got.keys() == course.keys(), name
+            for key, want in course.items():
+                check = got[key]
+                if name == "student bundle" and key[1] in course_only_ids(find_lab(key[0])):
+                    assert check["outcome"] == "skipped" and check["message"].startswith(COURSE_RUNNER), (name, key, check)
+                    continue
+                assert check["outcome"] == want["outcome"], (repo.name, name, key, check["message"], want["message"])
+                if want["stage"] == "speed":
+                    assert abs(check["points"] - want["points"]) <= want["max_points"] / 4, (repo.name, name, key)
+                else:
+                    assert check["points"] == want["points"], (repo.name, name, key, check["message"], want["message"])
+    ran = [c for c in course.values() if c["outcome"] != "skipped"]  # counters may lack permission
+    assert sum(c["points"] for c in ran) > 0.9 * sum(c["max_points"] for c in ran)  # the references scored
