@@ -4,7 +4,7 @@ Exit codes:
   0  grading finished (whatever the score), unless --fail-under was given and missed
   1  the score is below --fail-under; `validate`: a verdict differs; `readme --check`: a README is stale;
      `diff`: a student's score or verdicts changed
-  2  bad input: unknown lab, missing or unreadable file, malformed lab.yaml, bad option
+  2  bad input: unknown lab, no labs found, missing or unreadable file, malformed lab.yaml, bad option
   3  internal error in the grader (a short id points to the full trace in the log)
 """
 
@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, completion, gitinfo, labdoc, readme
+from . import release as releasing
 from .classroom import diff as class_diff
 from .classroom import gradescope
 from .classroom.merge import merge as merge_shards
@@ -30,7 +31,7 @@ from .identity import Identity, completed, file_hashes, identify, single_file_ha
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress
 from .outcome import LabReport, fmt_points
-from .paths import shown
+from .paths import BUNDLE_LABS, labs_dir, locate_labs, look_in_repo, shown, use_labs
 from .repo import grade_repo, repo_labs, submission_rel
 from .report import files as report_files
 from .report import text
@@ -48,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 graded, 1 below --fail-under, 2 bad input, 3 internal error.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _labs_option(p, None)
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("grade", help="grade one .cu file for one lab")
@@ -95,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
     m.add_argument("--check", action="store_true", help="write nothing; exit 1 if a README differs from its lab.yaml")
 
-    sub.add_parser("labs", help="list the labs")
+    sub.add_parser("labs", help="list the labs and say where they were found")
     c = sub.add_parser("check-lab", help="load a lab's YAML and report any error in it")
     c.add_argument("lab", help="lab id or path to lab.yaml")
 
@@ -104,7 +106,20 @@ def _parser() -> argparse.ArgumentParser:
                               "zsh: cuda-grader completion zsh > ~/.zfunc/_cuda-grader with fpath+=(~/.zfunc) before compinit; "
                               "fish: cuda-grader completion fish > ~/.config/fish/completions/cuda-grader.fish")
     s.add_argument("shell", choices=completion.SHELLS, help="the shell to complete for")
+    e = sub.add_parser("release", help="instructors: write the student repository (its labs bundled, without the course's "
+                                       "answers), or with --course the bundle the course's runners grade with")
+    e.add_argument("--out", type=Path, required=True, help="the folder to write (new, empty, or an earlier release)")
+    e.add_argument("--course", action="store_true", help="the course bundle: every lab with its reference solution and "
+                                                         "baselines, no known solutions (use it with --labs DIR/labs)")
+    for parser in sub.choices.values():
+        _labs_option(parser, argparse.SUPPRESS)
     return p
+
+
+def _labs_option(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument("--labs", dest="labs_dir", type=Path, default=default, metavar="DIR",
+                   help="grade with the labs in DIR (default: $GRADER_LABS_DIR, the course repository the grader runs "
+                        f"from, or the repository's own bundle, {BUNDLE_LABS})")
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:
@@ -183,10 +198,16 @@ def _arch(value: str) -> str:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    if args.source is not None:
+        look_in_repo(args.source.parent)
     spec = find_lab(args.lab)
     if args.source is not None and args.stub:
         raise GraderError("give either a source file or --stub, not both")
     source = args.source or (spec.files.stub if args.stub else spec.files.reference)
+    if source is None:
+        raise GraderError(f"a student bundle has no reference solution to grade: give your file, e.g. "
+                          f"`cuda-grader grade {spec.id} labs/{spec.id}/student.cu`", path=spec.source)
+    _say_bundle(args)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work
     options = _options(args)
@@ -199,12 +220,23 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def cmd_grade_repo(args: argparse.Namespace) -> int:
     if args.fail_under is not None:
         _fail_under(args.fail_under, 1.0)
+    look_in_repo(args.repo)
+    if args.repo.is_dir():
+        _say_bundle(args)
     options = _options(args)
     specs = repo_labs(args.repo, args.labs)
     who = identify(specs, file_hashes(args.repo, [submission_rel(s.id) for s in specs]), options,
                    repository=args.repo, commit=gitinfo.resolve(args.repo))
     reports = grade_repo(args.repo, options, _progress(args), labs=args.labs)
     return _finish(reports, args, completed(who, reports, options))
+
+
+def _say_bundle(args: argparse.Namespace) -> None:
+    """Where the labs come from, when it is a repository's student bundle (it grades fewer checks)."""
+    found = locate_labs()
+    if found.path is not None and found.how == "the repository's student bundle":
+        _progress(args)(f"labs: {shown(found.path)} (the repository's student bundle: checks that need the course's "
+                        "files are left to the course's runner)")
 
 
 def _finish(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> int:
@@ -298,9 +330,21 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 
 def cmd_labs(_: argparse.Namespace) -> int:
-    for lab_id in lab_ids():
+    ids = lab_ids()
+    found = locate_labs()
+    _say(f"labs in {shown(found.path) if found.path else '?'} ({found.how})")
+    for lab_id in ids:
         spec = find_lab(lab_id)
-        print(f"{lab_id:<18} {spec.title} ({fmt_points(spec.max_points)} points)")
+        note = "" if spec.has_course_files else " [student bundle]"
+        print(f"{lab_id:<18} {spec.title} ({fmt_points(spec.max_points)} points){note}")
+    return EXIT_OK
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    written = releasing.release(labs_dir(), args.out, course=args.course)
+    what = ("the course bundle: grade with `--labs " + str(args.out / "labs") + "`" if args.course
+            else f"a student repository, its labs bundled in {BUNDLE_LABS}")
+    print(f"wrote {len(written)} files to {shown(args.out)}: {what}")
     return EXIT_OK
 
 
@@ -315,9 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     handler = {
         "grade": cmd_grade, "grade-repo": cmd_grade_repo, "grade-class": cmd_grade_class, "merge": cmd_merge,
         "diff": cmd_diff, "validate": cmd_validate, "readme": cmd_readme,
-        "labs": cmd_labs, "check-lab": cmd_check_lab, "completion": cmd_completion,
+        "labs": cmd_labs, "check-lab": cmd_check_lab, "completion": cmd_completion, "release": cmd_release,
     }[args.command]
     try:
+        use_labs(args.labs_dir)
+        look_in_repo(None)
         return handler(args)
     except GraderError as exc:
         _say(f"error: {exc}")

@@ -27,7 +27,7 @@ from .labs import load_problem
 from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for, secret_of
 from .outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
 from .paths import default_cache_dir
-from .plan import fill_checks, launcher_prototype, planned_checks
+from .plan import course_only_results, fill_checks, in_plan_order, launcher_prototype, planned_checks, runnable
 from .runner import Isolation, WorkerSession
 from .sandbox import Sandbox
 from .sass import static_checks
@@ -50,7 +50,7 @@ def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs
         (spec.id, path, display): (spec, sandbox) for spec, path, display in items if path.is_file()}
     for spec, _, _ in items:
         if options.gpu:
-            for name in {"reference", *spec.files.baselines}:
+            for name in spec.baseline_names:
                 builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
     with ThreadPoolExecutor(max_workers=jobs or max(1, min(8, os.cpu_count() or 1))) as pool:
         futures = [pool.submit(lab_build, spec, path, archs, options.cache_dir, display, box)
@@ -84,12 +84,14 @@ class LabGrading:
     sanitizer and counter runs in the background; ``finish()`` waits for them, times and scores.
     Grading a repo starts every lab first and times each only when no other GPU work is left
     (``wait()``), so profilers never run beside a timed call. Neither half raises for problems
-    in the submission: they become check results.
+    in the submission: they become check results. From a student bundle only the lab's
+    ``runnable`` part is graded; the report lists the rest as graded on the course's runner.
     """
 
     def __init__(self, spec: LabSpec, source: Path, options: GradeOptions = GradeOptions(),
                  progress: Progress = no_progress, display_name: str | None = None):
-        self.spec, self.source, self.options, self.progress = spec, source, options, progress
+        self.whole = spec  # the lab as the course grades it: what the report lists
+        self.spec, self.source, self.options, self.progress = runnable(spec), source, options, progress
         self.name = display_name or source.name
         self.clock = _Clock()
         self.sandbox = sandbox_for(options)
@@ -269,7 +271,8 @@ class LabGrading:
                 self._finish()
         finally:
             self.close()
-        return LabReport(self.spec.id, self.spec.title, self.name, tuple(self.checks), self.env, self.kernels,
+        checks = in_plan_order(self.whole, [*self.checks, *course_only_results(self.whole)])
+        return LabReport(self.spec.id, self.spec.title, self.name, tuple(checks), self.env, self.kernels,
                          self.timings, self.clock.seconds)
 
     def _finish(self) -> None:

@@ -39,6 +39,9 @@ that `cuda-grader readme` generates from both and `labs/README.template.md`. The
 solution and the student's starting file live wherever `files` points (`reference/<id>/`,
 `student_template/labs/<id>/`). `cuda-grader check-lab <id>` loads `lab.yaml` and reports the first
 error in it; `cuda-grader validate <id>` grades every known solution and compares the verdicts.
+`cuda-grader release` copies each lab into the student bundle of a student repository
+(`.cuda-grader/labs/<id>/`), without the reference solution and the known solutions: there
+`files.reference` is left out, and the checks marked `course_only` are skipped.
 
 - Keys without a default are required. An unknown key is an error that names the closest known key.
 - Paths are relative to the folder of the YAML file that holds them, and must exist.

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .errors import GraderError
-from .paths import PROJECT_ROOT, labs_dir
+from .paths import PROJECT_ROOT, labs_dir, locate_labs
 from .spec import LabSpec
 from .specload import load_lab
 
@@ -16,10 +16,12 @@ __all__ = ["PROJECT_ROOT", "labs_dir", "lab_ids", "find_lab", "load_problem", "l
 
 
 def lab_ids() -> list[str]:
+    """The ids of the labs found (see ``paths``); an input error when there are none."""
     root = labs_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "lab.yaml").is_file())
+    ids = sorted(p.name for p in root.iterdir() if (p / "lab.yaml").is_file())
+    if not ids:
+        raise GraderError(f"no labs found: no folder here has a lab.yaml ({locate_labs().how})", path=root)
+    return ids
 
 
 def find_lab(lab_id: str) -> LabSpec:

@@ -112,3 +112,9 @@ class LabReport:
     @property
     def skipped_points(self) -> float:
         return round(sum(c.max_points for c in self.checks if c.outcome is Outcome.SKIPPED), 2)
+
+    @property
+    def course_only_points(self) -> float:
+        """Points of the checks a student bundle leaves to the course's runner (part of ``skipped_points``)."""
+        return round(sum(c.max_points for c in self.checks
+                         if c.outcome is Outcome.SKIPPED and c.measured.get("course_only")), 2)

@@ -1,18 +1,104 @@
-"""Where the grader's own files live: the project checkout, the labs, the build cache."""
+"""Where the grader's own files live: the labs it grades with, the build cache.
+
+Labs are found, in this order: ``--labs DIR`` (``use_labs``), ``$GRADER_LABS_DIR``, the course
+repository the grader runs from (a source checkout: ``pyproject.toml`` beside ``labs/``), and the
+student bundle of a repository, ``<repo>/.cuda-grader/labs``: the repository being graded
+(``look_in_repo``), else the current folder or the nearest parent that has one. A course
+checkout comes before a repository's bundle, so a TA's grader never grades with a lab file a
+student could edit.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import GraderError
 
 #: The folder that holds the ``grader`` package: what a trusted grader process imports from.
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent
-#: The project checkout (labs/, reference/, student_template/ live here).
+#: The project checkout, when the grader runs from one (labs/, reference/, student_template/).
 PROJECT_ROOT = PACKAGE_PARENT
+#: A student repository's bundle of labs (written by `cuda-grader release`), relative to its root.
+BUNDLE_DIR = ".cuda-grader"
+BUNDLE_LABS = f"{BUNDLE_DIR}/labs"
+
+_chosen: Path | None = None  # --labs
+_repo: Path | None = None  # the repository being graded: its bundle is looked for first
+
+
+@dataclass(frozen=True)
+class LabsLocation:
+    path: Path | None  # None: no labs anywhere
+    how: str  # how it was found, for messages
+    looked: tuple[str, ...]  # every place tried, for the "no labs found" error
+
+
+def use_labs(path: Path | None) -> None:
+    """``--labs DIR``: grade with the labs in DIR and nowhere else."""
+    global _chosen
+    _chosen = path
+
+
+def look_in_repo(repo: Path | None) -> None:
+    """Look for a bundle in this folder (the repository graded) and its parents before the current folder's."""
+    global _repo
+    _repo = repo
+
+
+def has_labs(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and any((p / "lab.yaml").is_file() for p in folder.iterdir())
+    except OSError:
+        return False
+
+
+def locate_labs() -> LabsLocation:
+    """Where the labs are, and every place that was looked at."""
+    if _chosen is not None:
+        return LabsLocation(_chosen, "--labs", (f"{_chosen} (--labs)",))
+    env = os.environ.get("GRADER_LABS_DIR")
+    if env:
+        return LabsLocation(Path(env), "GRADER_LABS_DIR", (f"{env} ($GRADER_LABS_DIR)",))
+    looked = ["--labs (not given)", "$GRADER_LABS_DIR (not set)"]
+    checkout = PROJECT_ROOT / "labs"
+    if (PROJECT_ROOT / "pyproject.toml").is_file() and has_labs(checkout):
+        return LabsLocation(checkout, "the course repository", (*looked, str(checkout)))
+    looked.append(f"{checkout} (the grader is not run from a course repository)")
+    starts = [] if _repo is None else [_repo, *_repo.resolve().parents]
+    cwd = Path.cwd()
+    starts += [cwd, *cwd.parents]
+    for start in starts:
+        bundle = start / BUNDLE_LABS
+        if has_labs(bundle):
+            return LabsLocation(bundle, "the repository's student bundle", (*looked, str(bundle)))
+    where = [f"{_repo / BUNDLE_LABS} and in its parent folders"] if _repo is not None else []
+    where.append(f"{cwd / BUNDLE_LABS} and in its parent folders")
+    return LabsLocation(None, "", (*looked, *where))
 
 
 def labs_dir() -> Path:
-    return Path(os.environ.get("GRADER_LABS_DIR", PROJECT_ROOT / "labs"))
+    """The folder of the labs; a clear input error (naming every place looked at) when there is none."""
+    found = locate_labs()
+    if found.path is None:
+        raise GraderError(no_labs_message(found))
+    if not found.path.is_dir():
+        raise GraderError(f"not a folder of labs ({found.how})", path=found.path)
+    return found.path
+
+
+def no_labs_message(found: LabsLocation) -> str:
+    return ("no labs found; looked in: " + "; ".join(found.looked) + ". Grade inside a repository made by "
+            f"`cuda-grader release` (its labs are in {BUNDLE_LABS}), or give --labs DIR")
+
+
+def labs_dir_if_any() -> Path | None:
+    """The labs folder if there is one (for keeping it out of sandboxes); never raises."""
+    try:
+        return locate_labs().path
+    except OSError:
+        return None
 
 
 def user_cache_dir() -> Path:

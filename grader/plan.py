@@ -1,10 +1,21 @@
 """What a lab grades, in report order, and the launcher it asks for: facts about a spec, below
-the engine (reports and READMEs use them without importing it)."""
+the engine (reports and READMEs use them without importing it).
+
+A student bundle (a lab without its course files) grades the ``runnable`` part of a lab: the
+checks marked ``course_only`` are reported as skipped, "graded on the course's runner", with
+their points still in the maximum.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Iterable
+
 from .outcome import CheckResult, Outcome, Stage
 from .spec import LabSpec
+
+COURSE_RUNNER = "graded on the course's runner"
+COURSE_ONLY_MESSAGE = f"{COURSE_RUNNER} (it needs files of the course that students do not get)"
 
 
 def planned_checks(spec: LabSpec) -> list[tuple[str, Stage, float]]:
@@ -17,6 +28,43 @@ def planned_checks(spec: LabSpec) -> list[tuple[str, Stage, float]]:
         out += [(c.id, Stage.SPEED, c.points) for c in spec.benchmark.checks]
     out += [(c.id, Stage.COUNTERS, c.points) for c in spec.counters]
     return out
+
+
+def course_only_ids(spec: LabSpec) -> list[str]:
+    """The checks marked ``course_only``, in report order, whatever the bundle."""
+    marked = {c.id for c in spec.counters if c.course_only}
+    if spec.benchmark:
+        marked |= {c.id for c in spec.benchmark.checks if c.course_only}
+    return [cid for cid, _, _ in planned_checks(spec) if cid in marked]
+
+
+def runnable(spec: LabSpec) -> LabSpec:
+    """The lab as this copy of it can grade it: all of it where the course's files are here;
+    in a student bundle, without the course-only checks, and without the comparison of an
+    ``at_most`` counter check whose baseline the bundle leaves out (its score never used it)."""
+    if spec.has_course_files:
+        return spec
+    here = set(spec.baseline_names)
+    counters = tuple(c if not c.baseline or c.baseline in here else dataclasses.replace(c, baseline="")
+                     for c in spec.counters if not c.course_only)
+    benchmark = spec.benchmark
+    if benchmark is not None:
+        benchmark = dataclasses.replace(benchmark, checks=tuple(c for c in benchmark.checks if not c.course_only))
+    return dataclasses.replace(spec, counters=counters, benchmark=benchmark)
+
+
+def course_only_results(spec: LabSpec) -> list[CheckResult]:
+    """What a student bundle reports for the checks it cannot grade (none where the course's files are here)."""
+    if spec.has_course_files:
+        return []
+    marked = set(course_only_ids(spec))
+    return [CheckResult(cid, stage, Outcome.SKIPPED, 0.0, pts, COURSE_ONLY_MESSAGE, measured={"course_only": True})
+            for cid, stage, pts in planned_checks(spec) if cid in marked]
+
+
+def in_plan_order(spec: LabSpec, checks: Iterable[CheckResult]) -> list[CheckResult]:
+    order = {cid: i for i, (cid, _, _) in enumerate(planned_checks(spec))}
+    return sorted(checks, key=lambda c: order.get(c.id, len(order)))
 
 
 def launcher_prototype(spec: LabSpec) -> str:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Mapping
 
 from . import sanitizer
+from .errors import GraderError
 from .outcome import fmt_points
-from .plan import launcher_prototype, planned_checks
+from .plan import course_only_ids, launcher_prototype, planned_checks
 from .sass import REQUIREMENT_TEXT
 from .spec import LabSpec, ParamValue
 from .validate import load_solutions
@@ -122,6 +123,13 @@ def grading_section(spec: LabSpec) -> str:
         out.append("")
     out.append("Checks that cannot run on the grading machine (no GPU, no permission to read counters, no "
                "compute-sanitizer) are reported as skipped with the reason, never as passed.")
+    course_only = course_only_ids(spec)
+    if course_only:
+        out.append("")
+        out.append("Graded only on the course's runner, because they need the course's reference solution, which "
+                   "your repository's bundle of the lab leaves out: " + ", ".join(f"`{c}`" for c in course_only) +
+                   ". Grading from your repository skips them (\"graded on the course's runner\"), and the score "
+                   "line says how many points they hold.")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -149,7 +157,12 @@ def common_failures(spec: LabSpec) -> str:
 
 
 def render(spec: LabSpec) -> str:
+    if not spec.has_course_files:
+        raise GraderError("this lab is a student bundle: its README is written from the course repository",
+                          path=spec.source)
     template_path = spec.root.parent / TEMPLATE
+    if not template_path.is_file():
+        raise GraderError("not found: the template of every lab's README", path=template_path)
     template = string.Template(template_path.read_text(encoding="utf-8"))
     text = template.substitute(
         title=spec.title,

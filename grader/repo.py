@@ -17,7 +17,7 @@ from .grade import LabGrading, prebuild
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress, no_progress
 from .outcome import CheckResult, LabReport, Outcome, Stage
-from .plan import fill_checks
+from .plan import course_only_results, fill_checks, in_plan_order, runnable
 from .safeio import UnsafeFile, submission_file
 from .spec import LabSpec
 
@@ -42,8 +42,8 @@ def _missing(spec: LabSpec, path: Path, display: str, why: str = "") -> LabRepor
     what = why or ("is a directory, not a file" if path.is_dir() and not path.is_symlink() else "not found")
     compile_check = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0,
                                 f"{display} {what}: the lab's file must be at {SUBMISSION_PATH.format(lab=spec.id)}")
-    checks = [compile_check, *fill_checks(spec, [compile_check], set(Stage), Outcome.FAIL, "not graded: no submission")]
-    return LabReport(spec.id, spec.title, display, tuple(checks))
+    checks = [compile_check, *fill_checks(runnable(spec), [compile_check], set(Stage), Outcome.FAIL, "not graded: no submission")]
+    return LabReport(spec.id, spec.title, display, tuple(in_plan_order(spec, [*checks, *course_only_results(spec)])))
 
 
 def _unsafe(path: Path, root: Path | None, display: str) -> str:
@@ -71,8 +71,8 @@ def failed_report(spec: LabSpec, display: str, message: str, rest: str = "not gr
                   rest_outcome: Outcome = Outcome.ERROR) -> LabReport:
     """A lab that could not be graded at all: an error on its first check, the others not graded."""
     first = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message)
-    checks = [first, *fill_checks(spec, [first], set(Stage), rest_outcome, rest)]
-    return LabReport(spec.id, spec.title, display, tuple(checks))
+    checks = [first, *fill_checks(runnable(spec), [first], set(Stage), rest_outcome, rest)]
+    return LabReport(spec.id, spec.title, display, tuple(in_plan_order(spec, [*checks, *course_only_results(spec)])))
 
 
 def grade_many(
@@ -123,7 +123,7 @@ def grade_many(
                 reports[i] = timed_on_disturbed_gpu(grading.finish(), note) if note else grading.finish()
             except Exception as exc:
                 grading.close()
-                reports[i] = _crashed(grading.spec, grading.name, exc)
+                reports[i] = _crashed(grading.whole, grading.name, exc)
     return [r for r in reports if r is not None]
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .paths import PROJECT_ROOT, default_cache_dir, labs_dir
+from .paths import PROJECT_ROOT, default_cache_dir, labs_dir_if_any
 
 #: Folders of the system that every step may read (symlinks such as /lib -> usr/lib are kept).
 #: Of /opt only NVIDIA's tools (Nsight Compute): the rest stays out (runner installs, secrets).
@@ -69,7 +69,7 @@ class Sandbox:
         if not self.active:
             return list(cmd)
         assert self.bwrap is not None
-        args = [self.bwrap, *_base_args(tuple(str(Path(p).resolve()) for p in hide))]
+        args = [self.bwrap, *_base_args(tuple(str(Path(p).resolve()) for p in hide) + _labs())]
         for p in read_only:
             args += ["--ro-bind", str(p), str(p)]
         for p in writable:
@@ -80,8 +80,14 @@ class Sandbox:
 
 
 def _private_dirs(extra: tuple[str, ...]) -> list[str]:
-    dirs = [PROJECT_ROOT, labs_dir(), default_cache_dir(), Path.home(), *map(Path, extra)]
+    dirs = [PROJECT_ROOT, default_cache_dir(), Path.home(), *map(Path, extra)]
     return sorted({str(Path(d).resolve()) for d in dirs})
+
+
+def _labs() -> tuple[str, ...]:
+    """The labs graded with (wherever ``--labs`` or the search found them), to keep out of sight."""
+    found = labs_dir_if_any()
+    return (str(found.resolve()),) if found is not None else ()
 
 
 def _python_dirs() -> list[str]:
@@ -160,7 +166,7 @@ def detect() -> Sandbox:
         return Sandbox(None, reason=f"bubblewrap is not installed ({INSTALL_HINT})")
     try:
         version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout.split()[-1]
-        probe = subprocess.run([path, *_base_args(), "--", "true"], capture_output=True, text=True, timeout=30)
+        probe = subprocess.run([path, *_base_args(_labs()), "--", "true"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
         return Sandbox(None, reason=f"bubblewrap at {path} did not run ({exc})")
     if probe.returncode != 0:

@@ -32,6 +32,10 @@ _PARAMS = ("The case: parameter name to value. Integers size the buffers (every 
 _CHECK_ID = "The check's id in reports and in expected.yaml verdicts; unique among the lab's checks and case labels."
 _HINT = "Advice appended to the check's message when it does not get full points; empty: none."
 _BASELINE = "`reference` (files.reference) or a name from `files.baselines`."
+_COURSE_ONLY = ("The check needs a file that students never get (the reference solution, or a baseline only such "
+                "checks use): `cuda-grader release` leaves those files out of the student bundle, and grading from "
+                "that bundle skips the check with \"graded on the course's runner\" (its points still count in the "
+                "maximum). Required when the score depends on the `reference` baseline.")
 
 
 @dataclass(frozen=True)
@@ -76,14 +80,15 @@ class Files:
                                           "and every baseline; the README quotes the launcher's declaration from it."})
     problem: Path = field(metadata={"doc": "The Python module with `generate(params, seed, xp)` (the inputs) and "
                                            "`expected(inputs, params)` (the float64 or exact oracle)."})
-    reference: Path = field(metadata={"doc": "The reference solution: the baseline named `reference`, and a solution "
-                                             "expected to score full marks."})
     stub: Path = field(metadata={"doc": "The file students start from (the student template); the lab README is "
                                         "written next to it too."})
+    reference: Optional[Path] = field(default=None, metadata={
+        "doc": "The reference solution: the baseline named `reference`, and a solution expected to score full "
+               "marks. Left out only in a student bundle (what `cuda-grader release` writes), which grades without "
+               "the checks marked `course_only`."})
     baselines: Mapping[str, Path] = field(default_factory=dict, metadata={
         "doc": "More kernels that speed and counter checks compare with: name to .cu file. Left out: only "
-               "`reference`."})
-
+               "`reference`. A student bundle has those that some check not marked `course_only` needs."})
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -186,6 +191,7 @@ class SpeedCheck:
     zero: float = field(metadata={"doc": "Speed ratio at or below which it gets none; linear in between."})
     points: float = field(metadata={"doc": "Points at full credit."})
     hint: str = field(default="", metadata={"doc": _HINT})
+    course_only: bool = field(default=False, metadata={"doc": _COURSE_ONLY})
 
 
 @dataclass(frozen=True)
@@ -237,14 +243,21 @@ class CounterCheck:
     scale: float = field(default=1.0, metadata={"doc": "A factor the figure is multiplied by, e.g. 32 to turn "
                                                        "sectors per requested byte into sectors per 32 bytes requested."})
     baseline: str = field(default="", metadata={
-        "doc": "The kernel profiled for comparison: " + _BASELINE + " Required for `reduction`; empty: none."})
+        "doc": "The kernel profiled for comparison: " + _BASELINE + " Required for `reduction`; empty: none. For "
+               "`at_most` it is only shown beside the student's value: a student bundle without it leaves it out."})
     hint: str = field(default="", metadata={"doc": _HINT})
     time_limit_s: float = field(default=120.0, metadata={"doc": "Seconds one profiler run (the student's or the "
                                                                 "baseline's) may take."})
+    course_only: bool = field(default=False, metadata={"doc": _COURSE_ONLY})
 
     @property
     def metric_names(self) -> tuple[str, ...]:
         return split_metrics(self.metric) + split_metrics(self.per)
+
+
+def scored_on_baseline(check: "SpeedCheck | CounterCheck") -> bool:
+    """Whether a check's score depends on its baseline (an ``at_most`` bound only shows it beside)."""
+    return bool(check.baseline) and getattr(check, "kind", "reduction") == "reduction"
 
 
 def split_metrics(text: str) -> tuple[str, ...]:
@@ -311,8 +324,22 @@ class LabSpec:
             + sum(c.points for c in self.counters)
         )
 
+    @property
+    def has_course_files(self) -> bool:
+        """False for a student bundle: no reference solution, and the course-only checks skipped."""
+        return self.files.reference is not None
+
+    @property
+    def baseline_names(self) -> tuple[str, ...]:
+        """The baselines whose files are here: ``reference`` (unless a student bundle) and ``files.baselines``."""
+        return (("reference",) if self.files.reference is not None else ()) + tuple(self.files.baselines)
+
     def baseline_source(self, name: str) -> Path:
-        return self.files.reference if name == "reference" else self.files.baselines[name]
+        if name == "reference":
+            if self.files.reference is None:
+                raise KeyError("a student bundle has no reference solution")
+            return self.files.reference
+        return self.files.baselines[name]
 
 
 @dataclass(frozen=True)

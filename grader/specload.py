@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping
 import yaml
 
 from .errors import SpecError
-from .spec import CounterCheck, ExpectedSolutions, LabSpec, ParamValue, SpeedCheck, split_metrics
+from .spec import CounterCheck, ExpectedSolutions, LabSpec, ParamValue, SpeedCheck, scored_on_baseline, split_metrics
 from .worker import expr
 
 __all__ = ["load_lab", "load_expected", "yaml_fields", "records"]
@@ -204,7 +204,7 @@ def _validate_lab(spec: LabSpec, path: Path) -> None:
     def fail(key: str, message: str) -> SpecError:
         return SpecError(message, path=path, key=key)
 
-    known_baselines = {"reference", *spec.files.baselines}
+    known_baselines = set(spec.baseline_names)
     args = spec.launcher.args
     seen: set[str] = set()
     for i, arg in enumerate(args):
@@ -265,7 +265,7 @@ def _validate_lab(spec: LabSpec, path: Path) -> None:
                 raise fail(f"benchmark.{key}", str(exc)) from None
         for i, speed in enumerate(spec.benchmark.checks):
             _unique(ids, speed.id, fail, f"benchmark.checks[{i}].id")
-            _threshold(speed, known_baselines, fail, f"benchmark.checks[{i}]")
+            _threshold(speed, known_baselines, fail, f"benchmark.checks[{i}]", spec.has_course_files)
     for i, check in enumerate(spec.counters):
         key = f"counters[{i}]"
         _unique(ids, check.id, fail, f"{key}.id")
@@ -281,7 +281,7 @@ def _validate_lab(spec: LabSpec, path: Path) -> None:
             raise fail(f"{key}.scale", f"must be a positive number, got {check.scale}")
         if check.kind == "reduction" and not check.baseline:
             raise fail(f"{key}.baseline", "a 'reduction' counter check compares with a baseline: name one")
-        _threshold(check, known_baselines, fail, key)
+        _threshold(check, known_baselines, fail, key, spec.has_course_files)
 
 
 def _unique(ids: set[str], name: str, fail: Fail, key: str) -> None:
@@ -290,8 +290,13 @@ def _unique(ids: set[str], name: str, fail: Fail, key: str) -> None:
     ids.add(name)
 
 
-def _threshold(check: SpeedCheck | CounterCheck, known: set[str], fail: Fail, key: str) -> None:
-    if check.baseline and check.baseline not in known:
+def _threshold(check: SpeedCheck | CounterCheck, known: set[str], fail: Fail, key: str, course: bool) -> None:
+    if check.baseline == "reference" and scored_on_baseline(check) and not check.course_only:
+        raise fail(f"{key}.baseline", "'reference' is the reference solution, which students never get: mark the "
+                                      "check `course_only: true` (grading from a student bundle then skips it)")
+    # a student bundle leaves out what only course-only checks (or an at_most comparison) use
+    left_out = not course and (check.course_only or not scored_on_baseline(check))
+    if check.baseline and check.baseline not in known and not left_out:
         near = difflib.get_close_matches(check.baseline, sorted(known), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise fail(f"{key}.baseline", f"unknown baseline {check.baseline!r} (known: {', '.join(sorted(known))}){hint}")

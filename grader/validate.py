@@ -50,6 +50,9 @@ def expected_path(spec: LabSpec) -> Path:
 def load_solutions(spec: LabSpec) -> tuple[ExpectedSolution, ...]:
     """The lab's known solutions; every file under solutions/ and both baselines must be listed."""
     path = expected_path(spec)
+    if spec.files.reference is None:
+        raise SpecError("this lab is a student bundle, without its reference and known solutions: validate labs "
+                        "and write their READMEs in the course repository", path=spec.source)
     solutions = load_expected(path).solutions
     listed = {s.file.resolve() for s in solutions}
     for folder in ("correct", "wrong"):

@@ -31,8 +31,15 @@ def _use_color(stream: TextIO) -> bool:
 def score_line(r: LabReport) -> str:
     line = f"score {fmt_points(r.score)}/{fmt_points(r.max_score)}"
     if r.skipped_points:
-        line += f" ({fmt_points(r.skipped_points)} points not checked here)"
+        line += f" ({_not_here(r.skipped_points, r.course_only_points)})"
     return line
+
+
+def _not_here(skipped: float, course_only: float) -> str:
+    text = f"{fmt_points(skipped)} points not checked here"
+    if course_only:
+        text += f", {fmt_points(course_only)} of them graded on the course's runner"
+    return text
 
 
 def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose: bool = False) -> str:
@@ -71,7 +78,7 @@ def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose
     if len(reports) > 1:
         total, total_max = sum(r.score for r in reports), sum(r.max_score for r in reports)
         not_here = sum(r.skipped_points for r in reports)
-        note = f" ({fmt_points(not_here)} points not checked here)" if not_here else ""
+        note = f" ({_not_here(not_here, sum(r.course_only_points for r in reports))})" if not_here else ""
         out.append(f"== total over {len(reports)} labs: {fmt_points(total)}/{fmt_points(total_max)}{note}")
     # Student text is in many of these lines: none may become a GitHub workflow command.
     return neutralize_commands("\n".join(out) + "\n")

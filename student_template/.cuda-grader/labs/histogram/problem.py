@@ -1,0 +1,67 @@
+"""Inputs and the exact oracle for histogram (xp is numpy in the grader, cupy in the worker).
+
+params: n (bytes) and text, one of
+  random      uniform bytes 0..255 (bytes >= 128 catch kernels that read them as signed char)
+  english     English-like: lowercase letters at English frequencies, spaces, punctuation,
+              digits, newlines and some uppercase (no '^', '_', '`' or '{'..'~')
+  one_letter  every byte 'e': all threads hit one bin (maximum contention)
+  below_a     every byte '`' (96), just below 'a': counted by a kernel that checks the letter
+              range only from above
+  no_letters  tabs, newlines and every printable ASCII byte except 'a'..'z' (uppercase included)
+  uppercase   mostly uppercase letters, some lowercase ones and spaces
+"""
+
+import numpy as np
+
+NUM_BINS = 7
+
+# English letter frequencies in percent, 'a'..'z'
+_FREQ = [8.167, 1.492, 2.782, 4.253, 12.702, 2.228, 2.015, 6.094, 6.966, 0.153, 0.772, 4.025, 2.406,
+         6.749, 7.507, 1.929, 0.095, 5.987, 6.327, 9.056, 2.758, 0.978, 2.360, 0.150, 1.974, 0.074]
+_LOWER = [97 + i for i in range(26)]
+_UPPER = [65 + i for i in range(26)]
+_PUNCT = [ord(ch) for ch in ".,;:'\"!?-()0123456789\n"]
+
+
+def _table(groups):
+    """(byte values, cumulative probabilities) for a mixture of (weight, bytes, per-byte weights)."""
+    values, probs = [], []
+    for weight, chars, within in groups:
+        within = np.asarray(within if within is not None else [1.0] * len(chars), dtype=np.float64)
+        values += chars
+        probs += list(weight * within / within.sum())
+    cdf = np.cumsum(probs) / np.sum(probs)
+    cdf[-1] = 1.0  # random_sample() < 1, so every draw finds a byte
+    return np.asarray(values, dtype=np.uint8), cdf
+
+
+_TABLES = {
+    "english": _table([(0.78, _LOWER, _FREQ), (0.16, [32], None), (0.02, _UPPER, _FREQ), (0.04, _PUNCT, None)]),
+    "uppercase": _table([(0.85, _UPPER, _FREQ), (0.10, _LOWER, _FREQ), (0.05, [32], None)]),
+    "no_letters": _table([(1.0, [9, 10] + list(range(32, 97)) + list(range(123, 127)), None)]),
+}
+
+
+_FILL = {"one_letter": ord("e"), "below_a": ord("`")}
+
+
+def generate(params, seed, xp):
+    n, kind = int(params["n"]), str(params.get("text", "random"))
+    rs = xp.random.RandomState(seed)
+    if kind == "random":
+        text = rs.randint(0, 256, size=n).astype(xp.uint8)
+    elif kind in _FILL:
+        text = xp.full(n, _FILL[kind], dtype=xp.uint8)
+    elif kind in _TABLES:
+        values, cdf = _TABLES[kind]
+        idx = xp.searchsorted(xp.asarray(cdf), rs.random_sample(n), side="right")
+        text = xp.asarray(values)[idx]
+    else:
+        raise ValueError(f"unknown text kind {kind!r} (known: random, {', '.join([*_FILL, *_TABLES])})")
+    return {"text": text}
+
+
+def expected(inputs, params):
+    c = np.asarray(inputs["text"]).astype(np.int64).ravel()
+    letters = c[(c >= 97) & (c <= 122)]
+    return {"bins": np.bincount((letters - 97) // 4, minlength=NUM_BINS).astype(np.uint32)}
