@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from grader import counters  # noqa: E402
 from grader.build import baseline_library  # noqa: E402
+from grader.cachedirs import default_cache_dir  # noqa: E402
 from grader.correctness import launcher_spec, write_inputs  # noqa: E402
 from grader.labs import find_lab, lab_ids, load_problem  # noqa: E402
 from grader.options import GradeOptions, archs_for, probe_for  # noqa: E402
 from grader.outcome import LabReport, Outcome, Stage  # noqa: E402
-from grader.paths import default_cache_dir  # noqa: E402
 from grader.runner import Isolation, RunDirs  # noqa: E402
 from grader.sandbox import Sandbox  # noqa: E402
 from grader.spec import LabSpec  # noqa: E402

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from . import toolchain
+from .cachedirs import default_cache_dir
 from .errors import GraderError
 from .outcome import KernelResources, SourceLocation
-from .paths import default_cache_dir
 from .procgroup import run_capped
 from .safeio import SOURCE_LIMIT_BYTES, read_file
 from .sandbox import Sandbox, confined_env

@@ -7,7 +7,7 @@ import traceback
 import uuid
 from pathlib import Path
 
-from .paths import user_cache_dir
+from .cachedirs import user_cache_dir
 
 
 class GraderError(Exception):

@@ -20,13 +20,13 @@ from typing import Any, Callable, Iterator, Mapping
 
 from . import counters, sanitizer, speed, toolchain
 from .build import lab_build
+from .cachedirs import default_cache_dir
 from .correctness import grade_case
 from .errors import internal_error_message
 from .gpu import GpuProbe
 from .labs import load_problem
 from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for, secret_of
 from .outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
-from .paths import default_cache_dir
 from .plan import course_only_results, fill_checks, in_plan_order, launcher_prototype, planned_checks, runnable
 from .runner import Isolation, WorkerSession
 from .sandbox import Sandbox

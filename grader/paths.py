@@ -101,19 +101,6 @@ def labs_dir_if_any() -> Path | None:
         return None
 
 
-def user_cache_dir() -> Path:
-    """The grader's folder in the user's cache: ``$XDG_CACHE_HOME/cuda-lab-grader``, by default
-    ``~/.cache/cuda-lab-grader``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cuda-lab-grader"
-
-
-def default_cache_dir() -> Path:
-    """The build cache: ``GRADER_CACHE_DIR``, else :func:`user_cache_dir`."""
-    env = os.environ.get("GRADER_CACHE_DIR")
-    return Path(env) if env else user_cache_dir()
-
-
 def shown(path: Path, root: Path | None = None) -> str:
     """``path`` as the user knows it: relative to ``root`` (default: the current folder) when inside it."""
     try:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .paths import PROJECT_ROOT, default_cache_dir, labs_dir_if_any
+from .cachedirs import default_cache_dir
+from .paths import PROJECT_ROOT, labs_dir_if_any
 
 #: Folders of the system that every step may read (symlinks such as /lib -> usr/lib are kept).
 #: Of /opt only NVIDIA's tools (Nsight Compute): the rest stays out (runner installs, secrets).

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import errors, paths
+from grader import cachedirs, errors
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADER = ROOT / "grader"
@@ -136,7 +136,7 @@ def test_the_error_log_follows_xdg_cache_home(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     log = tmp_path / "xdg" / "cuda-lab-grader" / "internal-errors.log"
     assert errors.internal_error_log() == log
-    assert paths.default_cache_dir() == log.parent  # beside the build cache
+    assert cachedirs.default_cache_dir() == log.parent  # beside the build cache
     message = errors.internal_error_message(RuntimeError("boom"))
     assert str(log) in message
     assert "RuntimeError: boom" in log.read_text()
@@ -165,7 +165,7 @@ def test_the_cache_dir_variable_moves_only_the_build_cache(monkeypatch, tmp_path
     monkeypatch.delenv("GRADER_LOG", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("GRADER_CACHE_DIR", str(tmp_path / "builds"))
-    assert paths.default_cache_dir() == tmp_path / "builds"
+    assert cachedirs.default_cache_dir() == tmp_path / "builds"
     assert errors.internal_error_log().parent == tmp_path / "xdg" / "cuda-lab-grader"
 
 
