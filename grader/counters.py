@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import fcntl
 import hashlib
 import io
 import json
@@ -20,6 +19,7 @@ from typing import Callable, Iterator, Mapping
 from . import toolchain
 from .build import baseline_library
 from .correctness import tool_task
+from .flock import wait_exclusive
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
 from .spec import CounterCheck, params_label, split_metrics
@@ -100,17 +100,8 @@ def profiling_lock(time_limit_s: float, folder: Path | None = None) -> Iterator[
             os.fchmod(fd, 0o666)  # other users' graders share it
     except PermissionError:  # someone else's lock that we may not open: keep our own runs apart at least
         fd = os.open(path.with_name(f"{LOCK_NAME}.{os.getuid()}"), os.O_RDWR | os.O_CREAT, 0o600)
-    started = time.monotonic()
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() - started >= time_limit_s:
-                    raise TimeoutError(path) from None
-                time.sleep(0.05)
-        yield time.monotonic() - started
+        yield wait_exclusive(fd, 0.05, time_limit_s, path)
     finally:
         os.close(fd)
 

@@ -93,7 +93,7 @@ def test_labs_option_works_before_and_after_the_command(tmp_path, capsys, releas
     for args in (["--labs", bundle, "labs"], ["labs", "--labs", bundle]):
         assert main(args) == 0
         out, err = capsys.readouterr()
-        assert "tiled_matmul       Tiled matrix multiplication (20 points) [student bundle]" in out
+        assert "tiled_matmul       Tiled matrix multiplication (24 points) [student bundle]" in out
         assert "(--labs)" in err
     assert main(["--labs", str(tmp_path / "none"), "labs"]) == 2
     assert "none: not a folder of labs (--labs)" in capsys.readouterr().err
@@ -216,7 +216,7 @@ def test_grading_from_the_student_bundle_skips_the_course_only_checks(released):
     assert reference is not None
     ours, theirs = grade(student, reference, NO_GPU), grade(course, reference, NO_GPU)
     assert [c.id for c in ours.checks] == [c.id for c in theirs.checks]
-    assert ours.max_score == theirs.max_score == 20
+    assert ours.max_score == theirs.max_score == 24
     for mine, course_check in zip(ours.checks, theirs.checks):
         if mine.id == "speed_vs_reference":
             assert mine.outcome is Outcome.SKIPPED and mine.message.startswith(COURSE_RUNNER)
@@ -224,8 +224,8 @@ def test_grading_from_the_student_bundle_skips_the_course_only_checks(released):
         else:
             assert (mine.outcome, mine.points, mine.message) == (course_check.outcome, course_check.points, course_check.message)
     assert ours.course_only_points == 2 and theirs.course_only_points == 0
-    assert text.score_line(ours) == "score 2/20 (18 points not checked here, 2 of them graded on the course's runner)"
-    assert text.score_line(theirs) == "score 2/20 (18 points not checked here)"
+    assert text.score_line(ours) == "score 2/24 (22 points not checked here, 2 of them graded on the course's runner)"
+    assert text.score_line(theirs) == "score 2/24 (22 points not checked here)"
 
 
 def test_a_missing_file_in_a_student_bundle_still_lists_the_course_only_checks(tmp_path, released):

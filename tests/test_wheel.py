@@ -151,6 +151,6 @@ def test_release_and_grade_the_student_template_from_its_bundle(fresh):
     lab_dir = repo / "labs" / "tiled_matmul"
     proc = run([str(grader), "grade", "tiled_matmul", "student.cu", "--no-gpu", "-q"], lab_dir, env)
     assert proc.returncode == 0, proc.stderr
-    assert "score 0/20 (18 points not checked here, 2 of them graded on the course's runner)" in proc.stdout
+    assert "score 0/24 (22 points not checked here, 2 of them graded on the course's runner)" in proc.stdout
     proc = run([str(grader), "grade", "tiled_matmul", "--no-gpu"], lab_dir, env)
     assert proc.returncode == 2 and "a student bundle has no reference solution to grade" in proc.stderr

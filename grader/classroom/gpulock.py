@@ -11,13 +11,13 @@ on different GPUs run side by side.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import stat
 import tempfile
-import time
 from pathlib import Path
 from typing import Iterator
+
+from ..flock import wait_exclusive
 
 LOCK_NAME = "grader-gpu.lock"
 
@@ -51,14 +51,7 @@ def gpu_lock(folder: Path, poll_s: float = 0.2) -> Iterator[float]:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o666)
     except PermissionError:  # another user's lock file: a read-only descriptor locks as well
         fd = os.open(path, os.O_RDONLY | flags)
-    started = time.monotonic()
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                time.sleep(poll_s)
-        yield time.monotonic() - started
+        yield wait_exclusive(fd, poll_s)
     finally:
         os.close(fd)

@@ -1,0 +1,20 @@
+"""Waiting for an exclusive ``flock`` on an open file: the profiler's lock and the GPU's lock."""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import time
+
+
+def wait_exclusive(fd: int, poll_s: float, time_limit_s: float = math.inf, what: object = "lock") -> float:
+    """Take an exclusive lock on ``fd``, polling; the seconds waited. TimeoutError(what) past the limit."""
+    started = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return time.monotonic() - started
+        except BlockingIOError:
+            if time.monotonic() - started >= time_limit_s:
+                raise TimeoutError(what) from None
+            time.sleep(poll_s)
