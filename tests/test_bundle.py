@@ -231,6 +231,7 @@ def test_grading_from_the_student_bundle_skips_the_course_only_checks(released):
 def test_a_missing_file_in_a_student_bundle_still_lists_the_course_only_checks(tmp_path, released):
     from grader.repo import grade_repo
 
+    (tmp_path / "labs").mkdir()  # a student repository, without the lab's file
     (report,) = grade_repo(tmp_path, NO_GPU, labs=[str(released / ".cuda-grader" / "labs" / "histogram")])
     by_id = {c.id: c for c in report.checks}
     assert by_id["compile"].outcome is Outcome.ERROR
