@@ -84,7 +84,10 @@ class Scheduler:
                 self.display.lane(lane.name, "", "idle")
                 self.display.finished(results[i])  # type: ignore[arg-type]
 
-        forwarder = threading.Thread(target=self._forward_events, args=(stop,), daemon=True) if self._events else None
+        # the forwarder drains the lanes' events until every lane process has exited: a process
+        # whose queue still holds events cannot exit before someone reads them
+        drained = threading.Event()
+        forwarder = threading.Thread(target=self._forward_events, args=(drained,), daemon=True) if self._events else None
         if forwarder:
             forwarder.start()
         threads = [threading.Thread(target=lane_loop, args=(lane,), name=f"lane-{lane.name}", daemon=True) for lane in lanes]
@@ -101,6 +104,7 @@ class Scheduler:
             pool.shutdown(wait=False, cancel_futures=True)
             for lane in lanes:
                 lane.close(wait=finished)
+            drained.set()
             if forwarder:
                 forwarder.join(timeout=2)
             self.display.close()
