@@ -50,10 +50,11 @@ def grader_source_hash() -> str:
 
 def lab_version(spec: LabSpec) -> str:
     """A hash of what grades a lab: lab.yaml, the header, the generator and oracle, the
-    reference and the baselines (not the README, the stub or the known solutions)."""
+    reference and the baselines (not the README, the stub or the known solutions). A student
+    bundle has no reference: its version differs from the course's, as its checks do."""
     named = {"lab.yaml": spec.source, "header": spec.files.header, "problem": spec.files.problem,
              "reference": spec.files.reference, **{f"baseline.{k}": v for k, v in spec.files.baselines.items()}}
-    return _files_hash(tuple(sorted((name, str(path)) for name, path in named.items())))
+    return _files_hash(tuple(sorted((name, str(path)) for name, path in named.items() if path is not None)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -115,7 +115,7 @@ BASH_CASES = [
     (["grade", "--out", "k"], ["kernel.cu", "kout"]),
     (["grade", "--out", "kout", "tiled_matmul", "ke"], ["kernel.cu"]),  # --out's value is no positional
     (["grade", "--arch", ""], []),
-    (["grade-repo", "--no-"], ["--no-gpu", "--no-timing", "--no-counters", "--no-sandbox"]),
+    (["grade-repo", "--no-"], ["--no-gpu", "--no-timing", "--no-counters", "--no-sanitizers", "--no-sandbox"]),
     (["grade-repo", "--lab", "m"], ["memory_types"]),
     (["validate", "tiled_matmul", "m"], ["memory_types"]),  # any number of labs
     (["completion", ""], ["bash", "zsh", "fish"]),
@@ -153,7 +153,7 @@ def test_zsh_accepts_and_registers_the_script(tmp_path, fake_path, capsys):
 FISH_CASES = [
     ("cuda-grader gr", ["grade", "grade-repo", "grade-class"]),
     ("cuda-grader grade ti", ["tiled_matmul"]),
-    ("cuda-grader grade-repo --no-", ["--no-counters", "--no-gpu", "--no-sandbox", "--no-timing"]),
+    ("cuda-grader grade-repo --no-", ["--no-counters", "--no-gpu", "--no-sandbox", "--no-sanitizers", "--no-timing"]),
     ("cuda-grader completion ", ["bash", "fish", "zsh"]),
     ("cuda-grader grade --out ke", ["kernel.cu"]),
 ]
