@@ -371,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`cuda-grader labs | head -1`): not our bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return EXIT_OK
     except Exception as exc:  # anything else is our bug: short id here, full trace in the log
         log = internal_error_log()
         short = internal_error_id(exc, log)

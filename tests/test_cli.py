@@ -323,3 +323,11 @@ def test_a_bad_time_limit_is_refused_before_grading(env):
     proc = cli(env, "grade", "tiled_matmul", "--time-limit", "0")
     assert proc.returncode == 2
     assert "argument --time-limit: '0' is not a positive number of seconds" in proc.stderr
+
+
+def test_output_cut_short_by_its_reader_is_not_an_internal_error():
+    """`cuda-grader labs | head -1`: the pipe closes before the listing is written."""
+    proc = subprocess.run(f"{sys.executable} -m grader labs | head -c 1", shell=True, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "b"
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
