@@ -71,6 +71,8 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     assert killed
     # progress from inside the lane process came through the queue
     assert any(lane == "gpu7" and sid == "alice" and text.startswith(f"[{LAB}] compiling") for lane, sid, text in display.events)
+    # ... and from the process that replaced the killed one (its events travel on the same queue)
+    assert any(lane == "gpu7" and sid == "zoe" and text.startswith(f"[{LAB}]") for lane, sid, text in display.events)
     alice = json.loads((out / "students" / "alice" / "report.json").read_text())
     assert alice["score"] == 2 and alice["identity"]["student"] == "alice"
     victim = json.loads((out / "students" / "victim" / "report.json").read_text())

@@ -51,9 +51,6 @@ _LANE: dict[str, Any] = {}
 
 
 def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float) -> None:
-    # A lane process killed while it held the queue's write lock leaves that lock taken for good:
-    # the next process's events then stay in its buffer, and it must still be able to exit.
-    queue.cancel_join_thread()
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
     folder = gpulock.gpu_folder(slot.key)

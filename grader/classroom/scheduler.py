@@ -32,10 +32,14 @@ class Scheduler:
         self.builder = Builder(options, archs, baselines=bool(slots) and options.gpu)
         self.visibility, self.health_wait_s = visibility, health_wait_s
         self._events: Any = None
+        self._manager: Any = None
 
     def _lanes(self) -> list[Lane]:
         if self.slots:
-            self._events = multiprocessing.get_context("spawn").Queue()
+            # a queue served by a manager process: a lane process killed in the middle of sending
+            # an event (a student's code took it down) cannot leave a lock taken for the next one
+            self._manager = multiprocessing.get_context("spawn").Manager()
+            self._events = self._manager.Queue()
             return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s) for slot in self.slots]
         return [ThreadLane(f"cpu{k}", self.options, self.display.lane, self.visibility) for k in range(self.jobs)]
 
@@ -107,6 +111,9 @@ class Scheduler:
             drained.set()
             if forwarder:
                 forwarder.join(timeout=2)
+            if self._manager is not None:
+                self._manager.shutdown()
+                self._manager = None
             self.display.close()
         if failures:
             raise failures[0]
