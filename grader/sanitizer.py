@@ -90,7 +90,8 @@ def parse(text: str) -> tuple[int, list[str]]:
 
 def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: str,
         isolation: Isolation, stop: threading.Event | None = None) -> SanitizerRun:
-    """Run one case task of the worker under ``compute-sanitizer --tool tool``.
+    """Run one case task of the worker under ``compute-sanitizer --tool tool`` (killed once
+    ``stop`` is set).
 
     Its report comes through a pipe only the grader reads; what the program printed is not
     evidence (a student could print a clean summary)."""
@@ -102,8 +103,6 @@ def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: 
         "--print-limit", "20", "--log-file", TOOL_LOG,
     ]
     result = run_under_tool(cmd, task, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"}, stop=stop)
-    if stop is not None and stop.is_set():
-        return SanitizerRun(skipped=GATE, seconds=result.seconds)
     text = _student_paths(result.log, source_name)
     if result.timed_out:
         return SanitizerRun(error=f"did not finish within {time_limit_s:g} s under compute-sanitizer and was killed",
@@ -134,9 +133,9 @@ def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
     dirs = sub.tool_dirs(f"sanitizer-{check.id}")
     result = run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name, sub.isolation,
                  sub.moot)
-    case = params_label(check.params)
-    if result.skipped == GATE:
+    if sub.moot.is_set():  # ... and this run was stopped for it
         return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE, duration_s=result.seconds)
+    case = params_label(check.params)
     if result.skipped:
         return CheckResult(check.id, Stage.SANITIZER, Outcome.SKIPPED, 0, check.points, result.skipped)
     if result.error:
