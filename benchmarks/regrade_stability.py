@@ -1,6 +1,7 @@
 """Regrade stability: every known solution of every lab graded N times, a fresh secret each time.
 
     python benchmarks/regrade_stability.py [--regrades 10] [--lab LAB ...] [--no-ncu] [--sanitizers-every-time]
+                                           [--runs-dir DIR] [--report-only]
 
 Prints, per lab: how many check verdicts flipped between regrades (and which), and the spread of
 each speed ratio (min, median, max over the regrades), and how many solutions missed their
@@ -9,17 +10,25 @@ expected verdicts in each regrade. Target: 0 flips in 10 regrades on an H100. Th
 --sanitizers-every-time; the skipped runs count as no verdict, not as a flip.
 Then, for each lab's reference, the grader's median time against Nsight Compute's
 gpu__time_duration on the same benchmark case (target: within 5%); --no-ncu skips that.
+
+Each regrade's reports are kept as JSON under --runs-dir (default: a fresh temporary folder), and
+the figures are taken over every regrade found there: a long lab can be regraded in several
+sittings into one folder (sanitizers then run only if the folder has no regrade of that lab yet),
+and --report-only prints the figures of a folder without grading.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -29,47 +38,55 @@ from grader.cachedirs import default_cache_dir  # noqa: E402
 from grader.correctness import launcher_spec, write_inputs  # noqa: E402
 from grader.labs import find_lab, lab_ids, load_problem  # noqa: E402
 from grader.options import GradeOptions, archs_for, probe_for  # noqa: E402
-from grader.outcome import LabReport, Outcome, Stage  # noqa: E402
+from grader.outcome import Outcome, Stage  # noqa: E402
+from grader.report import data as json_report  # noqa: E402
 from grader.runner import Isolation, RunDirs  # noqa: E402
 from grader.sandbox import Sandbox  # noqa: E402
 from grader.spec import LabSpec  # noqa: E402
 from grader.validate import validate  # noqa: E402
 from grader.worker.protocol import case_task  # noqa: E402
 
+Report = dict[str, Any]  # one lab report as the JSON result writes it
 
-def regrade(spec: LabSpec, times: int, sanitizers_every_time: bool) -> list[list[LabReport]]:
-    """``times`` validate runs of the lab; each a report per known solution, in listed order."""
-    runs = []
+
+def regrade(spec: LabSpec, times: int, sanitizers_every_time: bool, folder: Path) -> None:
+    """``times`` validate runs of the lab, each kept as ``folder/LAB-N.json`` (N counting on from
+    the regrades already there); the first regrade in the folder runs the sanitizers."""
+    done = len(saved(folder, spec.id))
     for i in range(times):
         started = time.monotonic()
-        options = GradeOptions(secret=os.urandom(16).hex(), sanitizers=sanitizers_every_time or i == 0)
+        options = GradeOptions(secret=os.urandom(16).hex(), sanitizers=sanitizers_every_time or done + i == 0)
         results = validate(spec, options)
-        runs.append([r.report for r in results])
+        (folder / f"{spec.id}-{done + i + 1:03d}.json").write_text(json_report.dumps(r.report for r in results))
         missed = [r.report.submission for r in results if not r.ok]
-        print(f"  [{spec.id}] regrade {i + 1}/{times}: {time.monotonic() - started:.0f} s, "
+        print(f"  [{spec.id}] regrade {done + i + 1} ({i + 1}/{times} now): {time.monotonic() - started:.0f} s, "
               f"{len(missed)} solution(s) off their expected verdicts {missed if missed else ''}", file=sys.stderr, flush=True)
-    return runs
 
 
-def flips(runs: list[list[LabReport]]) -> list[str]:
+def saved(folder: Path, lab_id: str) -> list[list[Report]]:
+    """The regrades of a lab kept in ``folder``, oldest first: each a report per known solution."""
+    return [json.loads(f.read_text())["labs"] for f in sorted(folder.glob(f"{lab_id}-[0-9][0-9][0-9].json"))]
+
+
+def flips(runs: list[list[Report]]) -> list[str]:
     """'solution: check (verdicts seen)' for every check whose verdict was not the same every time."""
     seen: dict[tuple[str, str], set[str]] = defaultdict(set)
     for reports in runs:
         for report in reports:
-            for check in report.checks:
-                if check.outcome is not Outcome.SKIPPED:
-                    seen[(report.submission, check.id)].add(check.outcome.value)
+            for check in report["checks"]:
+                if check["outcome"] != Outcome.SKIPPED.value:
+                    seen[(report["submission"], check["id"])].add(check["outcome"])
     return [f"{sub}: {cid} ({'/'.join(sorted(v))})" for (sub, cid), v in sorted(seen.items()) if len(v) > 1]
 
 
-def ratio_spread(runs: list[list[LabReport]]) -> list[str]:
+def ratio_spread(runs: list[list[Report]]) -> list[str]:
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
     for reports in runs:
         for report in reports:
-            for check in report.checks:
-                ratio = check.measured.get("ratio")
-                if check.stage is Stage.SPEED and isinstance(ratio, (int, float)):
-                    ratios[(report.submission, check.id)].append(float(ratio))
+            for check in report["checks"]:
+                ratio = check["measured"].get("ratio")
+                if check["stage"] == Stage.SPEED.value and isinstance(ratio, (int, float)):
+                    ratios[(report["submission"], check["id"])].append(float(ratio))
     return [f"{sub}: {cid} min {min(r):.3f} median {statistics.median(r):.3f} max {max(r):.3f} "
             f"(spread {100 * (max(r) - min(r)) / statistics.median(r):.1f}%)"
             for (sub, cid), r in sorted(ratios.items())]
@@ -98,24 +115,35 @@ def main() -> int:
     p.add_argument("--lab", action="append", dest="labs", metavar="LAB")
     p.add_argument("--no-ncu", action="store_true")
     p.add_argument("--sanitizers-every-time", action="store_true")
+    p.add_argument("--runs-dir", type=Path, help="keep each regrade's reports here, and take the figures over all of them")
+    p.add_argument("--report-only", action="store_true", help="grade nothing: print the figures of --runs-dir")
     args = p.parse_args()
-    if probe_for(GradeOptions()).gpu is None:
+    if args.report_only and args.runs_dir is None:
+        p.error("--report-only needs --runs-dir")
+    folder = args.runs_dir or Path(tempfile.mkdtemp(prefix="regrades-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    if not args.report_only and probe_for(GradeOptions()).gpu is None:
         print("needs a GPU: " + probe_for(GradeOptions()).reason, file=sys.stderr)
         return 2
     total_flips = 0
     for lab_id in args.labs or lab_ids():
         spec = find_lab(lab_id)
-        runs = regrade(spec, args.regrades, args.sanitizers_every_time)
+        if not args.report_only:
+            regrade(spec, args.regrades, args.sanitizers_every_time, folder)
+        runs = saved(folder, lab_id)
+        if not runs:
+            print(f"== {lab_id}: no regrades in {folder}")
+            continue
         flipped = flips(runs)
         total_flips += len(flipped)
-        print(f"== {lab_id}: {len(flipped)} flipped verdicts in {args.regrades} regrades of {len(runs[0])} solutions")
+        print(f"== {lab_id}: {len(flipped)} flipped verdicts in {len(runs)} regrades of {len(runs[0])} solutions")
         for line in flipped:
             print(f"  FLIP {line}")
         for line in ratio_spread(runs):
             print(f"  ratio {line}")
-        if not args.no_ncu and spec.benchmark is not None:
-            medians = [r.timings["student"]["median_ms"] for reports in runs for r in reports
-                       if r.submission.endswith("reference.cu") and "student" in r.timings]
+        if not args.no_ncu and not args.report_only and spec.benchmark is not None:
+            medians = [r["timings"]["student"]["median_ms"] for reports in runs for r in reports
+                       if r["submission"].endswith("reference.cu") and "student" in r["timings"]]
             ncu = ncu_time_ms(spec, Path(os.environ.get("TMPDIR", "/tmp")) / f"regrade-ncu-{lab_id}")
             if medians and ncu:
                 grader_ms = statistics.median(medians)
