@@ -14,7 +14,8 @@ gpu__time_duration on the same benchmark case (target: within 5%); --no-ncu skip
 Each regrade's reports are kept as JSON under --runs-dir (default: a fresh temporary folder), and
 the figures are taken over every regrade found there: a long lab can be regraded in several
 sittings into one folder (sanitizers then run only if the folder has no regrade of that lab yet),
-and --report-only prints the figures of a folder without grading.
+and --report-only prints the figures of a folder without grading (with the Nsight Compute time
+where there is a GPU).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def main() -> int:
         p.error("--report-only needs --runs-dir")
     folder = args.runs_dir or Path(tempfile.mkdtemp(prefix="regrades-"))
     folder.mkdir(parents=True, exist_ok=True)
-    if not args.report_only and probe_for(GradeOptions()).gpu is None:
+    gpu = probe_for(GradeOptions()).gpu is not None
+    if not args.report_only and not gpu:
         print("needs a GPU: " + probe_for(GradeOptions()).reason, file=sys.stderr)
         return 2
     total_flips = 0
@@ -141,7 +143,7 @@ def main() -> int:
             print(f"  FLIP {line}")
         for line in ratio_spread(runs):
             print(f"  ratio {line}")
-        if not args.no_ncu and not args.report_only and spec.benchmark is not None:
+        if not args.no_ncu and gpu and spec.benchmark is not None:
             medians = [r["timings"]["student"]["median_ms"] for reports in runs for r in reports
                        if r["submission"].endswith("reference.cu") and "student" in r["timings"]]
             ncu = ncu_time_ms(spec, Path(os.environ.get("TMPDIR", "/tmp")) / f"regrade-ncu-{lab_id}")
