@@ -146,7 +146,7 @@ def main() -> int:
         if not args.no_ncu and gpu and spec.benchmark is not None:
             medians = [r["timings"]["student"]["median_ms"] for reports in runs for r in reports
                        if r["submission"].endswith("reference.cu") and "student" in r["timings"]]
-            ncu = ncu_time_ms(spec, Path(os.environ.get("TMPDIR", "/tmp")) / f"regrade-ncu-{lab_id}")
+            ncu = ncu_time_ms(spec, Path(tempfile.mkdtemp(prefix=f"regrade-ncu-{lab_id}-")))
             if medians and ncu:
                 grader_ms = statistics.median(medians)
                 print(f"  reference: grader median {grader_ms:.4f} ms, ncu gpu__time_duration {ncu:.4f} ms "
