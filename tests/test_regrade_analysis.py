@@ -1,0 +1,65 @@
+"""The regrade benchmark's analysis: which verdict changes between regrades count as flips."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from grader.labs import find_lab
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("regrade_stability", ROOT / "benchmarks" / "regrade_stability.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check(cid: str, stage: str, outcome: str, **measured: Any) -> dict[str, Any]:
+    return {"id": cid, "stage": stage, "outcome": outcome, "measured": measured}
+
+
+def report(sub: str, *checks: dict[str, Any]) -> dict[str, Any]:
+    return {"submission": sub, "checks": list(checks), "timings": {}}
+
+
+WRITER = "labs/boundary_checks/solutions/wrong/write_past_end.cu"
+REFERENCE = "reference/boundary_checks/reference.cu"
+
+
+def regrade(sanitizers: bool, writer_case: str, writer_speed: str, reference_speed: str) -> list[dict[str, Any]]:
+    memcheck = (check("memcheck_clean", "sanitizer", "fail", global_writes_outside=32) if sanitizers
+                else check("memcheck_clean", "sanitizer", "skipped"))
+    return [
+        report(WRITER, check("correctness[m=3,n=1000,k=5]", "correctness", writer_case), memcheck,
+               check("speed_vs_reference", "speed", writer_speed, ratio=1.0)),
+        report(REFERENCE, check("speed_vs_reference", "speed", reference_speed, ratio=1.0)),
+    ]
+
+
+def test_pinned_flips_count_and_any_or_unsanitized_timing_does_not(bench: ModuleType) -> None:
+    expected = bench.expected_verdicts(find_lab("boundary_checks"))
+    runs = [regrade(True, "pass", "fail", "pass"), regrade(False, "fail", "pass", "pass")]
+    counted, allowed = bench.flips(runs, expected)
+    assert counted == []  # the writer's speed was timed only because the sanitizers were off
+    assert allowed == [f"{WRITER}: correctness[m=3,n=1000,k=5] (fail/pass)"]
+    runs.append(regrade(True, "pass", "fail", "fail"))
+    counted, _ = bench.flips(runs, expected)
+    assert counted == [f"{REFERENCE}: speed_vs_reference (fail/pass)"]
+
+
+def test_regrades_are_read_back_in_order_from_their_folder(bench: ModuleType, tmp_path: Path) -> None:
+    for n, outcome in ((2, "fail"), (1, "pass")):
+        (tmp_path / f"boundary_checks-{n:03d}.json").write_text(json.dumps({"labs": [report(REFERENCE, check("x", "speed", outcome))]}))
+    (tmp_path / "histogram-001.json").write_text(json.dumps({"labs": []}))
+    runs = bench.saved(tmp_path, "boundary_checks")
+    assert [r[0]["checks"][0]["outcome"] for r in runs] == ["pass", "fail"]
