@@ -65,6 +65,7 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
         timings[n] = row
     timings["student"]["samples_timed_by_wall_clock"] = m.by_wall
     timings["student"]["samples_bounded_by_round_trip"] = m.by_clock
+    timings["student"]["timed_behind_gate"] = m.gated
     data = m.closing
 
     if data.get("inputs_modified"):

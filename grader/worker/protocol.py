@@ -66,6 +66,7 @@ class Task(TypedDict, total=False):
     problem: str
     seed: int
     measure_copy: bool
+    gated: bool
 
 
 Reply = dict[str, Any]  # {"status": Status value, ...}; the fields each task's reply holds are below
@@ -93,9 +94,10 @@ def timing_prepare(lib: str) -> Task:
     return Task(kind=Kind.TIMING_PREPARE.value, lib=lib)
 
 
-def timing_sample(lib: str) -> Task:
-    """One timed call. Reply: ``ms`` (events) and ``wall_ms`` (up to a device-wide synchronize)."""
-    return Task(kind=Kind.TIMING_SAMPLE.value, lib=lib)
+def timing_sample(lib: str, gated: bool = True) -> Task:
+    """One timed call, behind a timing gate unless ``gated`` is false. Reply: ``ms`` (events),
+    ``wall_ms`` (up to a device-wide synchronize) and ``gate`` (held, expired or off)."""
+    return Task(kind=Kind.TIMING_SAMPLE.value, lib=lib, gated=gated)
 
 
 def timing_close(out_dir: str) -> Task:

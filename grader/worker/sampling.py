@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import time
 from pathlib import Path
@@ -25,14 +26,62 @@ def load_problem(path: str) -> ModuleType:
     return module
 
 
+#: How long a timing gate holds the stream before it opens by itself (see ``Gate``).
+GATE_TIMEOUT_S = 0.005
+
+_GATE_SOURCE = r"""
+extern "C" __global__ void timing_gate(volatile int* flags, long long timeout_ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        if (flags[0]) return;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < (unsigned long long)timeout_ns);
+    flags[1] = 1;
+}
+"""
+
+
+class Gate:
+    """A one-thread kernel that holds the legacy stream shut until the host opens it.
+
+    Queued before the start event, it lets the start event and everything the launcher queues
+    reach the GPU together once it opens: the events then time the GPU's work, not the host's
+    latency in queueing it (tens of microseconds through Python, ctypes and the runtime, against
+    kernels of 100 us). A launcher that waits for the GPU itself keeps the gate shut until
+    ``GATE_TIMEOUT_S``; ``expired`` says so, and the grader then times without a gate.
+    """
+
+    def __init__(self, cp: Any):
+        rt = cp.cuda.runtime
+        self.kernel = cp.RawKernel(_GATE_SOURCE, "timing_gate")
+        self.ptr = rt.hostAlloc(2 * ctypes.sizeof(ctypes.c_int), rt.hostAllocMapped)  # same address on the GPU (UVA)
+        self.flags = (ctypes.c_int * 2).from_address(self.ptr)
+        self.timeout_ns = np.int64(GATE_TIMEOUT_S * 1e9)
+        self.hold()  # compiled now, not inside a timed call
+        self.open()
+        cp.cuda.Device().synchronize()
+
+    def hold(self) -> None:
+        self.flags[0] = self.flags[1] = 0
+        self.kernel((1,), (1,), (np.uint64(self.ptr), self.timeout_ns))  # on the legacy stream, as the events
+
+    def open(self) -> None:
+        self.flags[0] = 1
+
+    @property
+    def expired(self) -> bool:
+        return bool(self.flags[1])
+
+
 class TimingSession:
     """Timed calls of one or more libraries on shared buffers, driven one sample at a time.
 
     The parent interleaves samples across workers (the baselines run in a worker of their own)
     and decides when to stop. Each sample gets fresh inputs, NaN-filled outputs, a flushed L2
-    and no persisting L2 lines; it is timed with events on the legacy stream and bounded by the
-    wall clock up to a device-wide synchronize, so work left on another stream or deferred past
-    the return still counts.
+    and no persisting L2 lines; it is timed with events on the legacy stream (behind a ``Gate``
+    unless the grader turned it off) and bounded by the wall clock up to a device-wide
+    synchronize, so work left on another stream or deferred past the return still counts.
     """
 
     def __init__(self, cp: Any, task: Task):
@@ -50,6 +99,7 @@ class TimingSession:
             self.device["copy_gbps"] = measure_copy_bandwidth(cp)
         self.flush = cp.empty(max(2 * self.device["l2_bytes"], 16 << 20) // 4, dtype=cp.int32)
         self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
+        self.gate = Gate(cp)
         self.count = 0
         self.tampered: set[str] = set()
         # once before any timed call: the comparison's GPU kernels are compiled now (the worker's
@@ -79,18 +129,26 @@ class TimingSession:
         self.cp.cuda.Device().synchronize()
         return {"status": Status.OK.value}
 
-    def sample(self, name: str) -> Reply:
+    def sample(self, name: str, gated: bool) -> Reply:
+        """One timed call. Behind a gate, the wall clock runs from the gate's opening (the work
+        starts then); without one, from the call."""
         cp, lib = self.cp, self.libs[name]
-        t0 = time.perf_counter()
+        if gated:
+            self.gate.hold()
         self.start.record()
+        t0 = time.perf_counter()
         lib.call(self.bufs.args)
         self.end.record()
+        if gated:
+            t0 = time.perf_counter()
+            self.gate.open()
         self.end.synchronize()
         lib.check()  # device-wide synchronize: work left on other streams is waited for
         wall = (time.perf_counter() - t0) * 1e3
         ms = cp.cuda.get_elapsed_time(self.start, self.end)
         self.tampered |= self._modified_inputs()
-        return {"status": Status.OK.value, "ms": ms, "wall_ms": wall}
+        gate = ("expired" if self.gate.expired else "held") if gated else "off"
+        return {"status": Status.OK.value, "ms": ms, "wall_ms": wall, "gate": gate}
 
     def _modified_inputs(self) -> set[str]:
         cp = self.cp
@@ -126,7 +184,7 @@ def run_timing(cp: Any, task: Task) -> Reply:
     if kind == Kind.TIMING_PREPARE.value:
         return current.prepare(task["lib"])
     if kind == Kind.TIMING_SAMPLE.value:
-        return current.sample(task["lib"])
+        return current.sample(task["lib"], bool(task.get("gated", True)))
     result = current.save(Path(task["out_dir"]))  # timing_close
     _TIMING.clear()
     return result
