@@ -183,3 +183,16 @@ def test_a_hung_kernel_does_not_wait_out_the_sanitizer_limits():
     sanitized = [c for c in report.checks if c.stage.value == "sanitizer"]
     assert sanitized and all(c.outcome is Outcome.FAIL for c in sanitized)
     assert took < 60, took
+
+
+@pytest.mark.gpu
+def test_a_launcher_that_waits_for_the_gpu_is_timed_without_the_gate():
+    """Timing behind the gate, and without it (for every kernel) once a launcher waits for the GPU."""
+    spec = find_lab("histogram")
+    options = GradeOptions(counters=False, sanitizers=False)
+    gated = grade(spec, spec.files.reference, options)
+    waiting = grade(spec, spec.root / "solutions" / "correct" / "synchronizing_launcher.cu", options)
+    assert gated.timings["student"]["timed_behind_gate"] is True
+    assert waiting.timings["student"]["timed_behind_gate"] is False
+    checks = {c.id: c for c in waiting.checks}
+    assert checks["speed_vs_global_atomics"].outcome is Outcome.PASS, checks["speed_vs_global_atomics"].message
