@@ -1,7 +1,7 @@
 """Grading a whole student repository (the ``student_template/`` layout): every lab, one report.
 
-Labs are started one after another (compile, static checks, correctness, with sanitizer and
-counter runs in the background), and timed only once no profiler or sanitizer is left running,
+Labs are started together (compile, static checks, correctness, with sanitizer and counter
+runs in the background), and timed one by one once no profiler or sanitizer is left running,
 so the timed calls have the GPU to themselves. A lab that is missing or breaks the grader gets a
 report that says so; the others are graded as usual.
 """
@@ -9,6 +9,7 @@ report that says so; the others are graded as usual.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -85,8 +86,8 @@ def grade_many(
 ) -> list[LabReport]:
     """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
 
-    Within a window every item is started, then all background runs are awaited, then each is
-    timed: a profiler or sanitizer never runs beside a timed call. With ``root`` (a student's
+    Within a window every item is started (all at once, in threads), then all background runs
+    are awaited, then each is timed: a profiler or sanitizer never runs beside a timed call. With ``root`` (a student's
     repository), display names are paths inside it, and a submission reached through a link is
     refused. ``before_timing`` is asked before each lab that is timed.
     """
@@ -95,21 +96,35 @@ def grade_many(
     if len(items) > 1:
         progress(f"compiling {len(items)} submissions and their baselines")
         prebuild([item for item, why in zip(items, refused) if not why], options)
+
+    def begin(i: int) -> LabGrading | LabReport:
+        spec, path, display = items[i]
+        grading = LabGrading(spec, path, options, progress, display_name=display)
+        try:
+            return grading.start()
+        except Exception as exc:  # one submission's failure must not take down the others
+            grading.close()
+            return _crashed(spec, display, exc)
+
     for first in range(0, len(items), window):
-        started: list[tuple[int, LabGrading]] = []
+        todo = []
         for i in range(first, min(first + window, len(items))):
             spec, path, display = items[i]
             why = refused[i]
             if why:
                 progress(f"[{spec.id}] {display} {why}: the lab scores 0")
                 reports[i] = _missing(spec, path, display, "" if why == "not found" else why)
-                continue
-            grading = LabGrading(spec, path, options, progress, display_name=display)
-            try:
-                started.append((i, grading.start()))
-            except Exception as exc:  # one submission's failure must not take down the others
-                grading.close()
-                reports[i] = _crashed(spec, display, exc)
+            else:
+                todo.append(i)
+        # the window's labs start together: their correctness cases, sanitizer and counter runs
+        # overlap one another (none of them is timed), and the timing below waits for all of them
+        started: list[tuple[int, LabGrading]] = []
+        with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
+            for i, begun in zip(todo, pool.map(begin, todo)):
+                if isinstance(begun, LabReport):
+                    reports[i] = begun
+                else:
+                    started.append((i, begun))
         for _, grading in started:
             try:
                 grading.wait()

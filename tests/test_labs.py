@@ -4,6 +4,7 @@ need no GPU run here; the GPU tests run the rest), one lab's failure contained i
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,25 @@ def test_one_failing_submission_does_not_take_down_the_batch(monkeypatch, tmp_pa
     assert "internal grader error" in boom.checks[0].message and "simulated grader bug" in boom.checks[0].message
     assert all(c.outcome is Outcome.ERROR for c in boom.checks)
     assert fine.checks[0].outcome is Outcome.PASS and fine.submission == "fine.cu"
+
+
+def test_the_labs_of_a_window_start_together_and_keep_their_order():
+    """Starting (compile, static checks, correctness) overlaps across a window: each start here
+    waits until all three have begun, which sequential starts would never reach."""
+    spec = find_lab("tiled_matmul")
+    real_start = LabGrading.start
+    all_begun = threading.Barrier(3, timeout=20)
+
+    def start(self):
+        all_begun.wait()
+        return real_start(self)
+
+    items = [(spec, spec.files.reference, f"{name}.cu") for name in ("a", "b", "c")]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(LabGrading, "start", start)
+        reports = grade_many(items, GradeOptions(gpu=False), window=3)
+    assert [r.submission for r in reports] == ["a.cu", "b.cu", "c.cu"]
+    assert all(r.checks[0].outcome is Outcome.PASS for r in reports), [r.checks[0].message for r in reports]
 
 
 def test_a_grader_bug_in_a_background_run_becomes_errors_on_its_checks(monkeypatch, tmp_path):
