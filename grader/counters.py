@@ -19,7 +19,8 @@ from typing import Callable, Iterator, Mapping
 from . import toolchain
 from .build import baseline_library
 from .correctness import tool_task
-from .flock import wait_exclusive
+from .flock import gpu_folder, wait_exclusive
+from .gpu import GpuInfo, gpu_key
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
 from .spec import CounterCheck, params_label, split_metrics
@@ -84,14 +85,22 @@ BUSY_ATTEMPTS = 3
 BUSY_PAUSE_S = 2.0
 
 
+def lock_folder(gpu: GpuInfo | None) -> Path | None:
+    """Where the profiling lock of ``gpu`` lives: its shared folder, named after its UUID (None,
+    the system's temporary folder, for a GPU whose UUID is not known)."""
+    key = gpu_key(gpu.uuid) if gpu is not None else ""
+    return gpu_folder(key) if key else None
+
+
 @contextlib.contextmanager
 def profiling_lock(time_limit_s: float, folder: Path | None = None) -> Iterator[float]:
-    """Hold the machine-wide profiling lock; yields the seconds spent waiting for it.
+    """Hold a GPU's profiling lock; yields the seconds spent waiting for it.
 
-    The GPU's counters serve one profiler at a time. ncu keeps its own runs apart, but not
-    across the namespaces of separate sandboxes (the later runs fail with "a driver resource was
-    unavailable"), so every grader process on the machine takes this lock file in the system's
-    temporary folder around each run. Raises TimeoutError after ``time_limit_s``.
+    A GPU's counters serve one profiler at a time. ncu keeps its own runs apart, but not across
+    the namespaces of separate sandboxes (the later runs fail with "a driver resource was
+    unavailable"), so every grader process on the machine takes this lock file around each run:
+    in ``folder``, the GPU's own (``lock_folder``), or else in the system's temporary folder.
+    Raises TimeoutError after ``time_limit_s``.
     """
     path = (folder or Path(tempfile.gettempdir())) / LOCK_NAME
     try:
@@ -107,14 +116,14 @@ def profiling_lock(time_limit_s: float, folder: Path | None = None) -> Iterator[
 
 
 def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: float,
-                           pause_s: float = BUSY_PAUSE_S) -> tuple[ToolRun | None, str]:
+                           pause_s: float = BUSY_PAUSE_S, folder: Path | None = None) -> tuple[ToolRun | None, str]:
     """``attempt(limit)`` under the profiling lock, again while a profiler outside the grader
     holds the counters. Returns the run, or None and why the counters could not be had."""
     deadline = time.monotonic() + time_limit_s
     for tries in range(1, BUSY_ATTEMPTS + 1):
         left = deadline - time.monotonic()
         try:
-            with profiling_lock(left) as waited:
+            with profiling_lock(left, folder) as waited:
                 run = attempt(left - waited)
         except TimeoutError as exc:
             return None, f"another grader kept the profiler busy for {time_limit_s:g} s (lock {exc})"
@@ -135,8 +144,10 @@ def profile(
     isolation: Isolation,
     cache_key: str | None = None,
     cache_dir: Path | None = None,
+    gpu: GpuInfo | None = None,
 ) -> CounterRun:
-    """Run one case ``task`` of the worker (of ``library``) under ncu and collect ``metrics``.
+    """Run one case ``task`` of the worker (of ``library``) under ncu and collect ``metrics``,
+    holding ``gpu``'s profiling lock.
 
     ncu's report comes through a pipe that only the grader reads: what the program printed
     (forged CSV rows, a fake "counters busy") is never parsed."""
@@ -156,7 +167,8 @@ def profile(
     ]
     attempts = iter(range(1, 100))
     run, busy = run_when_counters_free(
-        lambda limit: run_under_tool(cmd, task, dirs.sub(f"try{next(attempts)}"), limit, isolation), time_limit_s)
+        lambda limit: run_under_tool(cmd, task, dirs.sub(f"try{next(attempts)}"), limit, isolation), time_limit_s,
+        folder=lock_folder(gpu))
     if run is None:
         return CounterRun(skipped=busy)
     text, seconds = run.log, run.seconds
@@ -228,7 +240,8 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
     """One counter check: the student's run sandboxed, the baseline's trusted (and cached)."""
     dirs = sub.tool_dirs(f"ncu-{check.id}")
     mine = profiles.run("student", check, lambda metrics: profile(
-        sub.library, tool_task(sub, check, dirs), metrics, dirs, sub.time_left(check.time_limit_s), sub.isolation))
+        sub.library, tool_task(sub, check, dirs), metrics, dirs, sub.time_left(check.time_limit_s), sub.isolation,
+        gpu=sub.gpu))
     if mine.skipped:
         return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
     if mine.error:
@@ -243,7 +256,7 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
             key = f"{sub.gpu.name}|{sub.gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
             return profile(base_lib, tool_task(sub, check, trusted, base_lib), metrics, trusted,
                            sub.time_left(check.time_limit_s), sub.isolation.for_baselines(), cache_key=key,
-                           cache_dir=sub.cache_dir)
+                           cache_dir=sub.cache_dir, gpu=sub.gpu)
 
         base = profiles.run(f"baseline {check.baseline}", check, profile_baseline)
         base_error = base.skipped or base.error

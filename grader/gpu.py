@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -18,10 +19,16 @@ class GpuInfo:
     compute_capability: tuple[int, int]
     driver: str
     index: int = 0
+    uuid: str = ""  # "" where the driver did not say
 
     @property
     def arch(self) -> str:
         return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+
+def gpu_key(uuid: str) -> str:
+    """A GPU's UUID as a file name: the same in every process on the machine ("" for none)."""
+    return re.sub(r"[^A-Za-z0-9-]", "", uuid)[:64]
 
 
 @dataclass(frozen=True)
@@ -54,17 +61,17 @@ def _probe_device() -> GpuProbe:
         return GpuProbe(None, "no CUDA GPU found (no NVIDIA driver: nvidia-smi is not installed)")
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader", f"--id={index}"],
+            [smi, "--query-gpu=name,compute_cap,driver_version,uuid", "--format=csv,noheader", f"--id={index}"],
             capture_output=True, text=True, timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return GpuProbe(None, f"no CUDA GPU found (nvidia-smi failed: {exc})")
     line = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
     parts = [p.strip() for p in line.split(",")]
-    if out.returncode != 0 or len(parts) != 3:
+    if out.returncode != 0 or len(parts) != 4:
         return GpuProbe(None, f"no CUDA GPU found (nvidia-smi: {(out.stderr or out.stdout).strip()[:200]})")
     major, _, minor = parts[1].partition(".")
-    return GpuProbe(GpuInfo(parts[0], (int(major), int(minor or 0)), parts[2], index))
+    return GpuProbe(GpuInfo(parts[0], (int(major), int(minor or 0)), parts[2], index, parts[3]))
 
 
 def _probe_nvml(index: int) -> GpuProbe:
@@ -78,7 +85,9 @@ def _probe_nvml(index: int) -> GpuProbe:
         cc = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
         driver = pynvml.nvmlSystemGetDriverVersion()
         driver = driver.decode() if isinstance(driver, bytes) else driver
-        return GpuProbe(GpuInfo(name, (int(cc[0]), int(cc[1])), driver, index), health=_health(pynvml, handle))
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        return GpuProbe(GpuInfo(name, (int(cc[0]), int(cc[1])), driver, index, uuid), health=_health(pynvml, handle))
     finally:
         pynvml.nvmlShutdown()
 

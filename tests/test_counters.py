@@ -1,15 +1,19 @@
-"""The profiler's plumbing that needs no GPU: the machine-wide lock, retries while the counters
-are busy, and counter checks on one case sharing one run. Real ncu runs are in the GPU tests."""
+"""The profiler's plumbing that needs no GPU: the lock per GPU, retries while the counters are
+busy, and counter checks on one case sharing one run. Real ncu runs are in the GPU tests."""
 
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from grader import counters
+from grader.classroom import gpulock
+from grader.classroom.gpus import GpuSlot
 from grader.counters import Profiles
+from grader.gpu import GpuInfo
 from grader.labs import find_lab
 from grader.runner import ToolRun
 from grader.spec import CounterCheck
@@ -29,6 +33,23 @@ def test_the_profiling_lock_keeps_two_processes_apart(tmp_path):
         pass
     assert waited >= 1.0  # the other process held it for 1.5 s after saying so
     holder.wait(5)
+
+
+def test_each_gpu_has_its_own_profiling_lock_in_the_folder_of_its_gpu_lock(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    h100 = GpuInfo("NVIDIA H100", (9, 0), "580", 0, "GPU-1111aaaa-22bb")
+    other = GpuInfo("NVIDIA H100", (9, 0), "580", 1, "GPU-3333cccc-44dd")
+    folder = counters.lock_folder(h100)
+    assert folder is not None and folder.name == "cuda-grader-gpu-GPU-1111aaaa-22bb"
+    assert folder == gpulock.gpu_folder(GpuSlot(0, h100.uuid, h100.name, (9, 0)).key)  # a class lane's
+    with counters.profiling_lock(1, folder):
+        with counters.profiling_lock(0.3, counters.lock_folder(other)) as waited:  # another GPU: no wait
+            assert waited < 0.3
+        with pytest.raises(TimeoutError):
+            with counters.profiling_lock(0.3, counters.lock_folder(h100)):
+                pass
+    # a GPU whose UUID is unknown shares the one lock in the temporary folder
+    assert counters.lock_folder(GpuInfo("some GPU", (8, 0), "580")) is None
 
 
 def test_waiting_for_the_profiling_lock_gives_up_at_the_limit(tmp_path):

@@ -7,10 +7,10 @@ numbers the GPUs the same way.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..errors import GraderError
+from ..gpu import gpu_key
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class GpuSlot:
     @property
     def key(self) -> str:
         """A name for this GPU that stays the same across processes (for its lock folder)."""
-        return re.sub(r"[^A-Za-z0-9-]", "", self.uuid)[:64] or f"index{self.index}"
+        return gpu_key(self.uuid) or f"index{self.index}"
 
     @property
     def lane(self) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
@@ -54,7 +53,6 @@ def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float) -> None:
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
     folder = gpulock.gpu_folder(slot.key)
-    tempfile.tempdir = str(folder)  # the profiling lock (in the temporary folder) becomes this GPU's
     _LANE.update(slot=slot, queue=queue, folder=folder, gate=health.lane_gate(slot.index, health_wait_s))
 
 
