@@ -78,5 +78,5 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     victim = json.loads((out / "students" / "victim" / "report.json").read_text())
     assert victim["labs"][0]["checks"][0]["message"].startswith("the grading process died")
     assert results[1].problems and not results[2].problems  # the lane started afresh for zoe
-    # the lane's temporary folder (and so its profiling lock) is the GPU's own
+    # the lane took the lock in the GPU's own folder (where its profiling lock is too)
     assert (Path(tempfile.gettempdir()) / f"cuda-grader-gpu-{slot.key}" / "grader-gpu.lock").exists()
