@@ -87,9 +87,9 @@ def grade_many(
     """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
 
     Within a window every item is started (all at once, in threads), then all background runs
-    are awaited, then each is timed: a profiler or sanitizer never runs beside a timed call. With ``root`` (a student's
-    repository), display names are paths inside it, and a submission reached through a link is
-    refused. ``before_timing`` is asked before each lab that is timed.
+    are awaited, then each is timed: a profiler or sanitizer never runs beside a timed call.
+    With ``root`` (a student's repository), display names are paths inside it, and a submission
+    reached through a link is refused. ``before_timing`` is asked before each lab that is timed.
     """
     reports: list[LabReport | None] = [None] * len(items)
     refused = [_unsafe(path, root, display) for _, path, display in items]
