@@ -1,16 +1,18 @@
 """Regrade stability: every known solution of every lab graded N times, a fresh secret each time.
 
     python benchmarks/regrade_stability.py [--regrades 10] [--lab LAB ...] [--no-ncu] [--sanitizers-every-time]
-                                           [--runs-dir DIR] [--report-only]
+                                           [--counters-every-time] [--runs-dir DIR] [--report-only]
 
 Prints, per lab: how many check verdicts flipped between regrades (and which), and the spread of
 each speed ratio (min, median, max over the regrades), and how many solutions missed their
 expected verdicts in each regrade. Target: 0 flips in 10 regrades on an H100. A flip of a check
 whose expected verdict is `any` (expected.yaml says why) is listed as allowed and not counted.
 The sanitizer checks (exact tools, a few seconds per solution) run in the first regrade only
-unless --sanitizers-every-time; the skipped runs count as no verdict, not as a flip, and where
-memcheck saw stray stores (which stop the timing) the speed checks of regrades without the
-sanitizers are not compared.
+unless --sanitizers-every-time, and so do the counter checks unless --counters-every-time (their
+figures are event counts: on an H100, 69 of 78 counter figures were identical in 10 regrades and
+the rest, bank conflicts, moved in the fourth digit). The skipped runs count as no verdict, not
+as a flip, and where memcheck saw stray stores (which stop the timing) the speed checks of
+regrades without the sanitizers are not compared.
 Then, for each lab's reference, the grader's median time against Nsight Compute's
 gpu__time_duration on the same benchmark case (target: within 5%); --no-ncu skips that.
 
@@ -54,13 +56,16 @@ from grader.worker.protocol import case_task  # noqa: E402
 Report = dict[str, Any]  # one lab report as the JSON result writes it
 
 
-def regrade(spec: LabSpec, times: int, sanitizers_every_time: bool, folder: Path) -> None:
+def regrade(spec: LabSpec, times: int, folder: Path, sanitizers_every_time: bool = False,
+            counters_every_time: bool = False) -> None:
     """``times`` validate runs of the lab, each kept as ``folder/LAB-N.json`` (N counting on from
-    the regrades already there); the first regrade in the folder runs the sanitizers."""
+    the regrades already there); the first regrade in the folder runs the sanitizers and counters."""
     done = len(saved(folder, spec.id))
     for i in range(times):
         started = time.monotonic()
-        options = GradeOptions(secret=os.urandom(16).hex(), sanitizers=sanitizers_every_time or done + i == 0)
+        first = done + i == 0
+        options = GradeOptions(secret=os.urandom(16).hex(), sanitizers=sanitizers_every_time or first,
+                               counters=counters_every_time or first)
         results = validate(spec, options)
         (folder / f"{spec.id}-{done + i + 1:03d}.json").write_text(json_report.dumps(r.report for r in results))
         missed = [f"{r.report.submission} ({', '.join(m.check for m in r.mismatches) or '; '.join(r.problems)})"
@@ -150,6 +155,7 @@ def main() -> int:
     p.add_argument("--lab", action="append", dest="labs", metavar="LAB")
     p.add_argument("--no-ncu", action="store_true")
     p.add_argument("--sanitizers-every-time", action="store_true")
+    p.add_argument("--counters-every-time", action="store_true")
     p.add_argument("--runs-dir", type=Path, help="keep each regrade's reports here, and take the figures over all of them")
     p.add_argument("--report-only", action="store_true", help="grade nothing: print the figures of --runs-dir")
     args = p.parse_args()
@@ -165,7 +171,7 @@ def main() -> int:
     for lab_id in args.labs or lab_ids():
         spec = find_lab(lab_id)
         if not args.report_only:
-            regrade(spec, args.regrades, args.sanitizers_every_time, folder)
+            regrade(spec, args.regrades, folder, args.sanitizers_every_time, args.counters_every_time)
         runs = saved(folder, lab_id)
         if not runs:
             print(f"== {lab_id}: no regrades in {folder}")
