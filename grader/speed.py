@@ -66,6 +66,8 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
     timings["student"]["samples_timed_by_wall_clock"] = m.by_wall
     timings["student"]["samples_bounded_by_round_trip"] = m.by_clock
     timings["student"]["timed_behind_gate"] = m.gated
+    if m.gate_note:
+        timings["student"]["gate"] = m.gate_note
     data = m.closing
 
     if data.get("inputs_modified"):

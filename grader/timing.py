@@ -153,6 +153,7 @@ class Measurement:
     noisy: list[str] = field(default_factory=list)
     stopped_early: bool = False  # the student's kernel was far too slow to sample further
     gated: bool = True  # every call was timed behind a timing gate (see worker.sampling.Gate)
+    gate_note: str = ""  # why not: what the call that found no gate held said ("expired", ...)
 
 
 def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement:
@@ -182,8 +183,10 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
         call(n, timing_prepare(n))
         result = call(n, timing_sample(n, m.gated))
         data = result.data
-        if data.get("gate") == "expired":  # the launcher waited for the GPU: no gate, for every kernel
+        if m.gated and data.get("gate") != "held":
+            # the gate expired (the launcher waited for the GPU) or there is none: no gate, for every kernel
             m.gated = False
+            m.gate_note = str(data.get("gate", "no gate"))[:300]
             raise _Ungated
         late = data["wall_ms"] > data["ms"] * WALL_SLACK + WALL_MARGIN_MS
         m.samples[n].append(data["wall_ms"] if late else data["ms"])

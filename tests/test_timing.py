@@ -1,6 +1,17 @@
-"""The timing's pure parts: when sampling stops early."""
+"""The timing's parts that need no GPU: when sampling stops early, and when the timing gate is used."""
 
 from __future__ import annotations
+
+import math
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from grader import timing
+from grader.labs import find_lab
+from grader.runner import TaskResult
+from grader.worker.protocol import Kind
 
 
 def test_a_kernel_far_slower_than_every_baseline_ends_the_sampling():
@@ -10,3 +21,51 @@ def test_a_kernel_far_slower_than_every_baseline_ends_the_sampling():
     assert not far_too_slow(3.0 * TOO_SLOW_FACTOR - 0.1, baselines)
     assert far_too_slow(3.0 * TOO_SLOW_FACTOR + 0.1, baselines)
     assert not far_too_slow(1e9, [[], []])  # nothing to compare with yet
+
+
+class _TimingWorker:
+    """Replies as a timing worker does (a test double: the real worker runs in the GPU tests).
+    A gated call of a library in ``gate_for`` reports that gate state instead of "held"."""
+
+    def __init__(self, outbox, gate_for=None):
+        self.dirs = SimpleNamespace(outbox=outbox)
+        self.gate_for = gate_for or {}
+        self.samples = []  # (library, gated) of every timed call
+
+    def run(self, task, limit):
+        if task["kind"] == Kind.TIMING_OPEN.value:
+            return TaskResult("ok", {"device": {"name": "test"}})
+        if task["kind"] == Kind.TIMING_SAMPLE.value:
+            self.samples.append((task["lib"], task["gated"]))
+            gate = self.gate_for.get(task["lib"], "held") if task["gated"] else "off"
+            return TaskResult("ok", {"ms": 1.0, "wall_ms": 1.01, "gate": gate}, seconds=0.0011)
+        return TaskResult("ok", {})
+
+
+def _measure(tmp_path, monkeypatch, student_gate=None):
+    monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
+    spec = find_lab("tiled_matmul")
+    deadline = time.monotonic() + 60
+    sub = SimpleNamespace(spec=spec, secret="s", archs=("sm_90",), cache_dir=tmp_path, library=tmp_path / "student.so",
+                          time_left=lambda limit=math.inf: max(0.0, min(limit, deadline - time.monotonic())))
+    student = _TimingWorker(tmp_path, {"student": student_gate} if student_gate else None)
+    baselines = _TimingWorker(tmp_path)
+    return timing.measure(sub, student, baselines), student, baselines
+
+
+def test_calls_are_timed_behind_the_gate_while_it_holds(tmp_path, monkeypatch):
+    m, student, baselines = _measure(tmp_path, monkeypatch)
+    assert m.gated and not m.gate_note
+    assert all(gated for _, gated in student.samples + baselines.samples)
+    assert all(len(s) >= 10 for s in m.samples.values())
+
+
+@pytest.mark.parametrize("state", ["expired", "unavailable: CUDARuntimeError: cudaErrorMemoryAllocation"])
+def test_a_gate_that_does_not_hold_for_the_student_ends_the_gate_for_every_kernel(tmp_path, monkeypatch, state):
+    m, student, baselines = _measure(tmp_path, monkeypatch, student_gate=state)
+    assert not m.gated and m.gate_note == state
+    first_off = student.samples.index(("student", False))
+    assert student.samples[:first_off] == [("student", True)]  # one call found it; none after used it
+    assert not any(gated for _, gated in student.samples[first_off:])
+    assert baselines.samples[-1][1] is False
+    assert all(len(s) >= 10 for s in m.samples.values())  # measured again from the start, all without it

@@ -99,7 +99,12 @@ class TimingSession:
             self.device["copy_gbps"] = measure_copy_bandwidth(cp)
         self.flush = cp.empty(max(2 * self.device["l2_bytes"], 16 << 20) // 4, dtype=cp.int32)
         self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
-        self.gate = Gate(cp)
+        self.gate: Gate | None = None
+        self.no_gate = ""  # why there is no gate
+        try:
+            self.gate = Gate(cp)
+        except Exception as exc:  # timed without one, as the grader then times every kernel
+            self.no_gate = f"unavailable: {type(exc).__name__}: {exc}"[:300]
         self.count = 0
         self.tampered: set[str] = set()
         # once before any timed call: the comparison's GPU kernels are compiled now (the worker's
@@ -133,22 +138,26 @@ class TimingSession:
         """One timed call. Behind a gate, the wall clock runs from the gate's opening (the work
         starts then); without one, from the call."""
         cp, lib = self.cp, self.libs[name]
-        if gated:
-            self.gate.hold()
+        gate = self.gate if gated else None
+        if gate is not None:
+            gate.hold()
         self.start.record()
         t0 = time.perf_counter()
         lib.call(self.bufs.args)
         self.end.record()
-        if gated:
+        if gate is not None:
             t0 = time.perf_counter()
-            self.gate.open()
+            gate.open()
         self.end.synchronize()
         lib.check()  # device-wide synchronize: work left on other streams is waited for
         wall = (time.perf_counter() - t0) * 1e3
         ms = cp.cuda.get_elapsed_time(self.start, self.end)
         self.tampered |= self._modified_inputs()
-        gate = ("expired" if self.gate.expired else "held") if gated else "off"
-        return {"status": Status.OK.value, "ms": ms, "wall_ms": wall, "gate": gate}
+        if gate is not None:
+            state = "expired" if gate.expired else "held"
+        else:
+            state = self.no_gate if gated else "off"
+        return {"status": Status.OK.value, "ms": ms, "wall_ms": wall, "gate": state}
 
     def _modified_inputs(self) -> set[str]:
         cp = self.cp
