@@ -60,7 +60,7 @@ def regrade(spec: LabSpec, times: int, folder: Path, sanitizers_every_time: bool
             counters_every_time: bool = False) -> None:
     """``times`` validate runs of the lab, each kept as ``folder/LAB-N.json`` (N counting on from
     the regrades already there); the first regrade in the folder runs the sanitizers and counters."""
-    done = len(saved(folder, spec.id))
+    done = len(regrade_files(folder, spec.id))
     for i in range(times):
         started = time.monotonic()
         first = done + i == 0
@@ -74,9 +74,14 @@ def regrade(spec: LabSpec, times: int, folder: Path, sanitizers_every_time: bool
               f"{len(missed)} solution(s) off their expected verdicts {missed if missed else ''}", file=sys.stderr, flush=True)
 
 
+def regrade_files(folder: Path, lab_id: str) -> list[Path]:
+    """The files of a lab's regrades kept in ``folder``, oldest first."""
+    return sorted(folder.glob(f"{lab_id}-[0-9][0-9][0-9].json"))
+
+
 def saved(folder: Path, lab_id: str) -> list[list[Report]]:
     """The regrades of a lab kept in ``folder``, oldest first: each a report per known solution."""
-    return [json.loads(f.read_text())["labs"] for f in sorted(folder.glob(f"{lab_id}-[0-9][0-9][0-9].json"))]
+    return [json.loads(f.read_text())["labs"] for f in regrade_files(folder, lab_id)]
 
 
 def expected_verdicts(spec: LabSpec) -> dict[str, ExpectedSolution]:
@@ -142,7 +147,7 @@ def ncu_time_ms(spec: LabSpec, work: Path) -> float | None:
     _, paths = write_inputs(spec, load_problem(spec), spec.benchmark.params, spec.benchmark.seed, dirs.inbox)
     task = case_task(str(library), launcher_spec(spec), dict(spec.benchmark.params), paths, str(dirs.outbox), memcpy_only=True)
     isolation = Isolation(Sandbox(None), trusted=True, cupy_cache=default_cache_dir() / "cupy-kernels")
-    run = counters.profile(library, task, ("gpu__time_duration.sum",), dirs, 300, isolation)
+    run = counters.profile(library, task, ("gpu__time_duration.sum",), dirs, 300, isolation, gpu=probe.gpu)
     if run.skipped or run.error:
         print(f"  [{spec.id}] ncu: {run.skipped or run.error}", file=sys.stderr)
         return None
@@ -163,9 +168,10 @@ def main() -> int:
         p.error("--report-only needs --runs-dir")
     folder = args.runs_dir or Path(tempfile.mkdtemp(prefix="regrades-"))
     folder.mkdir(parents=True, exist_ok=True)
-    gpu = probe_for(GradeOptions()).gpu is not None
+    probe = probe_for(GradeOptions())
+    gpu = probe.gpu is not None
     if not args.report_only and not gpu:
-        print("needs a GPU: " + probe_for(GradeOptions()).reason, file=sys.stderr)
+        print("needs a GPU: " + probe.reason, file=sys.stderr)
         return 2
     total_flips = 0
     for lab_id in args.labs or lab_ids():
