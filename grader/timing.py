@@ -127,7 +127,8 @@ class _FarTooSlow(Exception):
 
 
 class _Ungated(Exception):
-    """A timing gate expired: the samples so far were not all taken the same way."""
+    """A timing gate did not hold (it expired, or the worker has none): the samples so far were
+    not all taken the same way."""
 
 
 class SampleFailed(Exception):
@@ -186,7 +187,7 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
         if m.gated and data.get("gate") != "held":
             # the gate expired (the launcher waited for the GPU) or there is none: no gate, for every kernel
             m.gated = False
-            m.gate_note = str(data.get("gate", "no gate"))[:300]
+            m.gate_note = str(data.get("gate", "no gate"))[:300]  # the student's worker says it: bounded
             raise _Ungated
         late = data["wall_ms"] > data["ms"] * WALL_SLACK + WALL_MARGIN_MS
         m.samples[n].append(data["wall_ms"] if late else data["ms"])

@@ -322,6 +322,7 @@ def test_junit_round_trips_without_dangerous_characters(tmp_path):
         lab="lab", title="t", submission=submission,
         checks=(CheckResult("c", Stage.CORRECTNESS, Outcome.FAIL, 0, 1, message, details),
                 CheckResult("d", Stage.CORRECTNESS, Outcome.ERROR, 0, 1, message, details)),
+        timings={"student": {"median_ms": 1.0, "gate": message}},  # the student's worker says why it had no gate
     )
     path = tmp_path / "report.xml"
     junit.write([report], path)
@@ -334,6 +335,7 @@ def test_junit_round_trips_without_dangerous_characters(tmp_path):
     suite = next(iter(JUnitXml.fromfile(str(path))))
     props = {p.name: p.value for p in suite.properties()}
     assert props["submission"] == r"s\x1b\r\n\x9b.cu"
+    assert props["timing.student.gate"] == "wrongFAKE PASS end"
     (failure,), (error,) = [case.result for case in suite]
     assert isinstance(failure, Failure) and isinstance(error, Error)
     for result in (failure, error):

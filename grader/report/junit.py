@@ -68,7 +68,7 @@ def suite(report: LabReport, identity: Mapping[str, Any] | None = None) -> TestS
         s.add_property(key, clean(str(value)))
     for lib, row in report.timings.items():
         for key, value in row.items():
-            s.add_property(f"timing.{lib}.{key}", str(value))
+            s.add_property(f"timing.{lib}.{key}", clean(str(value)))
     for key, value in identity_properties(report, identity or {}):
         s.add_property(key, value)
     for check in report.checks:

@@ -104,7 +104,7 @@ class TimingSession:
         try:
             self.gate = Gate(cp)
         except Exception as exc:  # timed without one, as the grader then times every kernel
-            self.no_gate = f"unavailable: {type(exc).__name__}: {exc}"[:300]
+            self.no_gate = f"unavailable: {type(exc).__name__}: {exc}"
         self.count = 0
         self.tampered: set[str] = set()
         # once before any timed call: the comparison's GPU kernels are compiled now (the worker's
