@@ -53,27 +53,27 @@ def _stub(lab: str) -> Path:
     return ROOT / "student_template" / "labs" / lab / "student.cu"
 
 
+def _committed_references(repo: Path, message: str) -> Path:
+    """A git repository holding every lab's reference, committed."""
+    for lab in LABS:
+        _put(repo, lab, _ref(lab))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", message)
+    return repo
+
+
 @pytest.fixture(scope="module")
 def klass(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("class")
     repos = base / "repos"
-    alice = repos / "alice"
-    for lab in LABS:
-        _put(alice, lab, _ref(lab))
-    _git(alice, "init", "-q")
-    _git(alice, "add", ".")
-    _git(alice, "commit", "-qm", "done")
+    _committed_references(repos / "alice", "done")
     bob = repos / "bob"
     _put(bob, "memory_types", ROOT / "labs/memory_types/solutions/wrong/mask_in_global.cu")
     _put(bob, "tiled_matmul", ROOT / "labs/tiled_matmul/solutions/wrong/wrong_prototype.cu")
     (repos / "carol" / "src").mkdir(parents=True)  # no labs/ folder
     _put(repos / "dave", "tiled_matmul", _stub("tiled_matmul"))  # memory_types not handed in
-    erin = repos / "erin"
-    for lab in LABS:
-        _put(erin, lab, _ref(lab))
-    _git(erin, "init", "-q")
-    _git(erin, "add", ".")
-    _git(erin, "commit", "-qm", "submitted")
+    erin = _committed_references(repos / "erin", "submitted")
     _git(erin, "tag", "submitted")
     _put(erin, "tiled_matmul", _stub("tiled_matmul"))  # after the deadline: not graded
     (base / "roster.csv").write_text("student,path,commit\n" + "\n".join(
