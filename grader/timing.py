@@ -180,11 +180,11 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
     def opening(libraries: dict[str, str], copy: bool) -> Task:
         return timing_open(libraries, launcher_spec(spec), dict(bench.params), str(spec.files.problem), seed, copy)
 
-    def take(n: str) -> None:
+    def take(n: str, gated: bool) -> None:
         call(n, timing_prepare(n))
-        result = call(n, timing_sample(n, m.gated))
+        result = call(n, timing_sample(n, m.gated and gated))
         data = result.data
-        if m.gated and data.get("gate") != "held":
+        if m.gated and gated and data.get("gate") != "held":
             # the gate expired (the launcher waited for the GPU) or there is none: no gate, for every kernel
             m.gated = False
             m.gate_note = str(data.get("gate", "no gate"))[:300]  # the student's worker says it: bounded
@@ -212,13 +212,16 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
     return m
 
 
-def _sample(m: Measurement, names: list[str], take: Callable[[str], None], cfg: Timing) -> None:
-    """Warm up, then sample every kernel in turn until the stopping rule is met (again once if noisy)."""
+def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None], cfg: Timing) -> None:
+    """Warm up, then sample every kernel in turn until the stopping rule is met (again once if noisy).
+
+    Each kernel's first call is taken without the gate: it loads the library's kernels, and
+    loading a module waits for the GPU to be idle, which a held gate would not let it be."""
     for n in names:  # warm up
         t_end = time.monotonic() + cfg.warmup_s
-        take(n)
+        take(n, False)
         while time.monotonic() < t_end:
-            take(n)
+            take(n, True)
     for _ in range(2):  # measured again once if too noisy
         for n in names:
             for series in (m.samples, m.walls, m.trips):
@@ -228,7 +231,7 @@ def _sample(m: Measurement, names: list[str], take: Callable[[str], None], cfg: 
         while not should_stop(m.samples, time.monotonic() - t_start, min_samples=cfg.min_samples,
                               max_samples=cfg.max_samples, target_rse=cfg.target_rse, budget_s=cfg.budget_s):
             for n in names:
-                take(n)
+                take(n, True)
         m.noisy = [n for n in names if summarize(m.samples[n]).cv > cfg.max_cv]
         if not m.noisy:
             break
