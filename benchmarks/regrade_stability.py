@@ -193,13 +193,17 @@ def main() -> int:
         for line in ratio_spread(runs):
             print(f"  ratio {line}")
         if not args.no_ncu and gpu and spec.benchmark is not None:
-            medians = [r["timings"]["student"]["median_ms"] for reports in runs for r in reports
-                       if r["submission"].endswith("reference.cu") and "student" in r["timings"]]
+            timed = [r["timings"]["student"] for reports in runs for r in reports
+                     if r["submission"].endswith("reference.cu") and "student" in r["timings"]]
             ncu = ncu_time_ms(spec, Path(tempfile.mkdtemp(prefix=f"regrade-ncu-{lab_id}-")))
-            if medians and ncu:
-                grader_ms = statistics.median(medians)
+            if timed and ncu:
+                grader_ms = statistics.median(t["median_ms"] for t in timed)
+                ungated = sum(not t.get("timed_behind_gate", False) for t in timed)
                 print(f"  reference: grader median {grader_ms:.4f} ms, ncu gpu__time_duration {ncu:.4f} ms "
-                      f"({100 * (grader_ms - ncu) / ncu:+.1f}%)")
+                      f"({100 * (grader_ms - ncu) / ncu:+.1f}%)"
+                      + (f"; timed without the gate in {ungated} of {len(timed)} regrades (its launcher waits "
+                         "for the GPU, so its time includes the host's part, which ncu's kernel time does not)"
+                         if ungated else ""))
     print(f"total: {total_flips} flipped verdicts")
     return 0 if total_flips == 0 else 1
 
