@@ -312,5 +312,8 @@ def test_a_submission_that_keeps_all_gpu_memory_is_told_so_and_the_next_case_sta
     for c in starved:
         assert c.outcome is Outcome.ERROR and c.message.startswith("your code left no free GPU memory: "), text
         assert "GiB held after it returned" in c.message and "the next case runs in a fresh process" in c.message
+    # which case starves depends on how much the previous case's freed buffers give back (on an
+    # H100, with cases growing, only the last); any case after a starved one runs in a fresh worker
     after = [cases[i + 1] for i, c in enumerate(cases[:-1]) if c in starved]
-    assert after and all(c.outcome is Outcome.PASS for c in after), text  # a fresh worker each time
+    assert all(c.outcome is Outcome.PASS for c in after), text
+    assert len(cases) == len(spec.correctness.cases), text  # the starved case did not end the grading
