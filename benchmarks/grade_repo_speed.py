@@ -62,6 +62,10 @@ def main() -> int:
     for r in last:
         print(f"{r.lab:<16} {r.score:>4g}/{r.max_score:<4g} " + " ".join(f"{r.stage_seconds.get(s, 0.0):12.2f}" for s in stages))
     print("(sanitizers and counters run in the background: they overlap the other stages and labs)")
+    phases = ("open", "sampling", "close", "check")
+    print(f"\n{'speed stage':<26} " + " ".join(f"{p:>12}" for p in phases))
+    for r in last:
+        print(f"{r.lab:<26} " + " ".join(f"{r.stage_seconds.get(f'{Stage.SPEED.value}.{p}', 0.0):12.2f}" for p in phases))
     for r in last:
         print(f"\n{r.lab}:")
         for lib, row in r.timings.items():

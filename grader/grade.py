@@ -326,6 +326,7 @@ class LabGrading:
                 checks, timings = speed.grade(sub, self.worker, self.baselines)
             self.checks += checks
             self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
+            self.clock.seconds.update({f"{Stage.SPEED.value}.{k}": v for k, v in timings.pop("_phases", {}).items()})
             self.timings = timings
 
     def close(self) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .compare import compare
@@ -36,7 +37,10 @@ def grade(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSessio
         return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details), {}
     finally:
         baselines_worker.kill()  # frees its GPU memory before anything else is timed
-    return score(sub, worker, m)
+    started = time.monotonic()
+    checks, timings = score(sub, worker, m)
+    timings["_phases"] = {**m.phase_s, "check": round(time.monotonic() - started, 3)}
+    return checks, timings
 
 
 def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[CheckResult], dict[str, Any]]:

@@ -155,6 +155,7 @@ class Measurement:
     stopped_early: bool = False  # the student's kernel was far too slow to sample further
     gated: bool = True  # every call was timed behind a timing gate (see worker.sampling.Gate)
     gate_note: str = ""  # why not: what the call that found no gate held said ("expired", ...)
+    phase_s: dict[str, float] = field(default_factory=dict)  # "open", "sampling", "close": where the time went
 
 
 def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement:
@@ -197,8 +198,17 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
         if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in baselines]):
             raise _FarTooSlow
 
+    started = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal started
+        now = time.monotonic()
+        m.phase_s[name] = round(now - started, 3)
+        started = now
+
     m.device = call(baselines[0], opening(libs, True)).data["device"]
     call("student", opening({"student": str(sub.library)}, False))
+    phase("open")
     try:
         try:
             _sample(m, names, take, cfg)
@@ -206,7 +216,9 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
             _sample(m, names, take, cfg)  # from the start, every kernel timed the same way
     except _FarTooSlow:
         m.stopped_early = True
+    phase("sampling")
     m.closing = call("student", timing_close(str(worker.dirs.outbox / CLOSING_FOLDER))).data
+    phase("close")
     m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
                                       [(m.walls[b], m.trips[b]) for b in baselines])
     return m

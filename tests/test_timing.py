@@ -32,8 +32,10 @@ class _TimingWorker:
         self.dirs = SimpleNamespace(outbox=outbox)
         self.gate_for = gate_for or {}
         self.samples = []  # (library, gated) of every timed call
+        self.delays = {}  # seconds each task of a kind takes
 
     def run(self, task, limit):
+        time.sleep(self.delays.get(task["kind"], 0.0))
         if task["kind"] == Kind.TIMING_OPEN.value:
             return TaskResult("ok", {"device": {"name": "test"}})
         if task["kind"] == Kind.TIMING_SAMPLE.value:
@@ -72,3 +74,18 @@ def test_a_gate_that_does_not_hold_for_the_student_ends_the_gate_for_every_kerne
     assert not any(gated for _, gated in student.samples[2:])  # none after used it
     assert baselines.samples[-1][1] is False
     assert all(len(s) >= 10 for s in m.samples.values())  # measured again from the start, all without it
+
+
+def test_the_measurement_says_how_long_opening_sampling_and_closing_took(tmp_path, monkeypatch):
+    monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
+    spec = find_lab("histogram")
+    sub = SimpleNamespace(spec=spec, secret="s", archs=("sm_90",), cache_dir=tmp_path, library=tmp_path / "student.so",
+                          time_left=lambda limit=math.inf: 60.0)
+    student, baselines = _TimingWorker(tmp_path), _TimingWorker(tmp_path)
+    baselines.delays[Kind.TIMING_OPEN.value] = 0.2
+    student.delays[Kind.TIMING_OPEN.value] = 0.1
+    student.delays[Kind.TIMING_CLOSE.value] = 0.3
+    m = timing.measure(sub, student, baselines)
+    assert set(m.phase_s) == {"open", "sampling", "close"}
+    assert 0.3 <= m.phase_s["open"] < 0.5 and 0.3 <= m.phase_s["close"] < 0.5, m.phase_s
+    assert m.phase_s["sampling"] < 0.3, m.phase_s  # no task takes time there but the warm-up's 25 ms per kernel
