@@ -42,6 +42,24 @@ def _num(x: float) -> str:
     return f"{x:.7g}"
 
 
+#: Elements compared at a time: the timed outputs have 64M elements, and whole-array float64
+#: temporaries (eight of them, 512 MB each) took seconds of every timing's check.
+CHUNK = 1 << 20
+
+
+def _judge(got: np.ndarray, expected: np.ndarray, tol: Tolerance, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which elements are wrong, and each one's absolute error (float64)."""
+    if tol.kind == "exact":
+        bad = got.astype(np.int64) != expected.astype(np.int64)
+        return bad, np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    g = got.astype(np.float64)
+    e = expected.astype(np.float64)
+    bound = scale * (tol.atol + tol.rtol * np.abs(e))
+    with np.errstate(invalid="ignore"):
+        err = np.abs(g - e)
+        return ~(err <= bound), err  # NaN and inf count as wrong
+
+
 def compare(
     name: str,
     got: np.ndarray,
@@ -49,33 +67,38 @@ def compare(
     tol: Tolerance,
     params: Mapping[str, int | str],
     max_shown: int = 5,
+    chunk: int = CHUNK,
 ) -> Comparison:
     total = int(expected.size)
     if got.shape != expected.shape:
         return Comparison(name, False, total, total, (), math.inf, f"{name}: shape {got.shape}, expected {expected.shape}")
-    if tol.kind == "exact":
-        bad = got.astype(np.int64) != expected.astype(np.int64)
-        err = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-    else:
-        g = got.astype(np.float64)
-        e = expected.astype(np.float64)
-        k = float(expr.evaluate(tol.reduction_length, params))
-        bound = math.sqrt(max(k, 1.0)) * (tol.atol + tol.rtol * np.abs(e))
-        with np.errstate(invalid="ignore"):
-            err = np.abs(g - e)
-            bad = ~(err <= bound)  # NaN and inf count as wrong
-    wrong = int(np.count_nonzero(bad))
+    scale = 1.0 if tol.kind == "exact" else math.sqrt(max(float(expr.evaluate(tol.reduction_length, params)), 1.0))
+    flat_got, flat_want = got.reshape(-1), expected.reshape(-1)
+    wrong, nan_count, max_err, max_bad_err = 0, 0, 0.0, -math.inf
+    shown: list[int] = []  # flat indices of the first wrong elements
+    for start in range(0, total, chunk):
+        g, e = flat_got[start : start + chunk], flat_want[start : start + chunk]
+        bad, err = _judge(g, e, tol, scale)
+        n_bad = int(np.count_nonzero(bad))
+        if got.dtype.kind == "f":
+            nan_count += int(np.count_nonzero(np.isnan(g)))
+        if not n_bad:
+            max_err = max(max_err, float(err.max()))
+            continue
+        wrong += n_bad
+        if len(shown) < max_shown:
+            shown += (np.flatnonzero(bad)[: max_shown - len(shown)] + start).tolist()
+        finite_err = err[bad & np.isfinite(err)]
+        if finite_err.size:
+            max_bad_err = max(max_bad_err, float(finite_err.max()))
     if wrong == 0:
-        max_err = float(err.max()) if err.size else 0.0
         return Comparison(name, True, 0, total, (), max_err, f"{name}: all {total} elements correct")
-    idx = np.argwhere(bad)[:max_shown]
     first = tuple(
-        Mismatch("[" + ", ".join(str(int(i)) for i in ix) + "]", _scalar(got[tuple(ix)]), _scalar(expected[tuple(ix)]))
-        for ix in idx
+        Mismatch("[" + ", ".join(str(int(i)) for i in np.unravel_index(flat, got.shape)) + "]",
+                 _scalar(flat_got[flat]), _scalar(flat_want[flat]))
+        for flat in shown
     )
-    finite_err = err[bad & np.isfinite(err)]
-    max_err = float(finite_err.max()) if finite_err.size else math.inf
-    nan_count = int(np.count_nonzero(np.isnan(got))) if got.dtype.kind == "f" else 0
+    max_err = max_bad_err if max_bad_err > -math.inf else math.inf
     if nan_count == total:
         summary = (
             f"{name}: all {total} elements are NaN (the grader fills outputs with NaN before each call: "

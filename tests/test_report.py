@@ -291,6 +291,24 @@ def test_compare_tolerance_scales_with_sqrt_k():
     assert not compare("P", np.array([1.5]), np.array([1.0]), rel, {}).ok
 
 
+@pytest.mark.parametrize("chunk", [1, 5, 7, 1 << 20])
+def test_compare_in_chunks_finds_what_one_pass_finds(chunk):
+    """Outputs are compared a chunk at a time; counts, the first mismatches in row-major order
+    (across chunk boundaries), the NaN count and the largest error do not depend on the chunk."""
+    want = np.arange(48, dtype=np.float64).reshape(6, 8)
+    got = want.astype(np.float32)
+    got[0, 6], got[1, 1], got[4, 0], got[5, 7] = 100.0, np.nan, np.inf, 50.5  # errors 94, NaN, inf, 3.5
+    cmp = compare("P", got, want, FLOAT, {"k": 1}, max_shown=3, chunk=chunk)
+    assert (cmp.ok, cmp.wrong, cmp.total) == (False, 4, 48)
+    assert [m.index for m in cmp.first] == ["[0, 6]", "[1, 1]", "[4, 0]"]
+    assert cmp.max_abs_error == 94.0  # the largest finite error among the wrong elements
+    assert cmp.summary == "P: 4 of 48 elements wrong (1 are NaN); first at P[0, 6]: got 100, expected 6"
+    near = want.astype(np.float32)
+    near[3, 3] += 2.0**-11  # within atol, and exact in float32
+    right = compare("P", near, want, FLOAT, {"k": 1}, chunk=chunk)
+    assert right.ok and right.max_abs_error == 2.0**-11
+
+
 def test_compare_reports_first_mismatches():
     want = np.zeros((3, 4), dtype=np.float32)
     got = want.copy()
