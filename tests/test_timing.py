@@ -33,10 +33,13 @@ class _TimingWorker:
         self.gate_for = gate_for or {}
         self.samples = []  # (library, gated) of every timed call
         self.delays = {}  # seconds each task of a kind takes
+        self.fails_to_open = False
 
     def run(self, task, limit):
         time.sleep(self.delays.get(task["kind"], 0.0))
         if task["kind"] == Kind.TIMING_OPEN.value:
+            if self.fails_to_open:
+                return TaskResult("crashed", {}, reason="the worker died")
             return TaskResult("ok", {"device": {"name": "test"}})
         if task["kind"] == Kind.TIMING_SAMPLE.value:
             loading = all(lib != task["lib"] for lib, _ in self.samples)
@@ -87,5 +90,19 @@ def test_the_measurement_says_how_long_opening_sampling_and_closing_took(tmp_pat
     student.delays[Kind.TIMING_CLOSE.value] = 0.3
     m = timing.measure(sub, student, baselines)
     assert set(m.phase_s) == {"open", "sampling", "close"}
-    assert 0.3 <= m.phase_s["open"] < 0.5 and 0.3 <= m.phase_s["close"] < 0.5, m.phase_s
+    assert 0.2 <= m.phase_s["open"] < 0.3, m.phase_s  # the two workers open at once
+    assert 0.3 <= m.phase_s["close"] < 0.5, m.phase_s
     assert m.phase_s["sampling"] < 0.3, m.phase_s  # no task takes time there but the warm-up's 25 ms per kernel
+
+
+@pytest.mark.parametrize("failing", ["student", "baselines"])
+def test_a_worker_that_fails_to_open_its_timing_is_named(tmp_path, monkeypatch, failing):
+    monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
+    sub = SimpleNamespace(spec=find_lab("tiled_matmul"), secret="s", archs=("sm_90",), cache_dir=tmp_path,
+                          library=tmp_path / "student.so", time_left=lambda limit=math.inf: 60.0)
+    workers = {"student": _TimingWorker(tmp_path), "baselines": _TimingWorker(tmp_path)}
+    workers[failing].fails_to_open = True
+    with pytest.raises(timing.SampleFailed) as raised:
+        timing.measure(sub, workers["student"], workers["baselines"])
+    assert (raised.value.who == "student") == (failing == "student")
+    assert raised.value.result.reason == "the worker died"
