@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.classroom import roster  # noqa: E402
+from grader.classroom import plan, roster  # noqa: E402
 from grader.classroom.progress import Display  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
 from grader.errors import GraderError  # noqa: E402
@@ -133,6 +134,16 @@ def compare(repos: Path, out: Path, names: list[str], options: GradeOptions) -> 
     return differences
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def print_busy(samples: list[float]) -> None:
+    busy = statistics.fmean(samples) if samples else 0.0
+    active = sum(1 for s in samples if s > 0) / len(samples) if samples else 0.0
+    print(f"GPU busy: {busy:.0f}% mean NVML utilisation, some kernel running in {100 * active:.0f}% of {len(samples)} samples")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--students", type=int, help="repositories in the class (default: 40, or 20 with --no-gpu)")
@@ -161,17 +172,24 @@ def main() -> int:
           f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {os.cpu_count()} CPUs; "
           f"build cache {'warm' if args.warm else 'cold'}", flush=True)
     started = time.monotonic()
-    with BusySampler([s.index for s in slots]) as sampler:
-        run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs), Display(quiet=args.quiet))
+    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
+    try:
+        with BusySampler([s.index for s in slots]) as sampler:
+            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs), Display(quiet=args.quiet))
+    except KeyboardInterrupt:
+        wall = time.monotonic() - started
+        done = len(list((out / plan.STUDENTS_DIR).glob("*/report.json")))
+        print(f"\ninterrupted after {wall:.1f} s with {done} of {len(names)} repositories graded"
+              + (f" ({wall / done:.2f} s each, the cold start included)" if done else ""))
+        if slots:
+            print_busy(sampler.samples)
+        return 130
     wall = time.monotonic() - started
     per = [r.seconds for r in run.graded]
     print(f"\ngraded {len(run.graded)} repositories in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "
           f"(each took {statistics.median(per):.1f} s median, {max(per):.1f} s at most, on its lane)")
     if slots:
-        busy = statistics.fmean(sampler.samples) if sampler.samples else 0.0
-        active = sum(1 for s in sampler.samples if s > 0) / len(sampler.samples) if sampler.samples else 0.0
-        print(f"GPU busy: {busy:.0f}% mean NVML utilisation, some kernel running in {100 * active:.0f}% of "
-              f"{len(sampler.samples)} samples")
+        print_busy(sampler.samples)
         print(f"target: {'met' if wall <= 480 and len(names) >= 40 else 'compare with'} <= 8 min for 40 repositories on one H100")
     else:
         print(f"target: <= 60 s for 20 repositories with --no-gpu, cold, on 2 cores: "
