@@ -9,12 +9,21 @@ def generate(params, seed, xp):
     return {"in": data, "mask": mask}
 
 
-def expected(inputs, params):
+def expected(inputs, params, chunk=1 << 16):
+    """In float64, one mask term at a time over cache-sized chunks (the benchmark case has 64M
+    elements: a sliding-window product took seconds of every timing's check)."""
     import numpy as np
-    from numpy.lib.stride_tricks import sliding_window_view
 
-    x = inputs["in"].astype(np.float64)
-    mask = inputs["mask"].astype(np.float64)
-    r = len(mask) // 2
-    padded = np.concatenate([np.zeros(r), x, np.zeros(r)])
-    return {"out": sliding_window_view(padded, len(mask)) @ mask}
+    x = np.asarray(inputs["in"]).ravel()
+    mask = np.asarray(inputs["mask"], dtype=np.float64).ravel()
+    n, r = len(x), len(mask) // 2
+    padded = np.zeros(n + 2 * r)
+    padded[r : r + n] = x
+    out, term = np.zeros(n), np.empty(min(n, chunk))
+    for start in range(0, n, chunk):
+        end = min(n, start + chunk)
+        acc, t = out[start:end], term[: end - start]
+        for j, weight in enumerate(mask):  # the terms summed in mask order, as the lab defines it
+            np.multiply(padded[start + j : end + j], weight, out=t)
+            acc += t
+    return {"out": out}
