@@ -199,20 +199,13 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
         if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in baselines]):
             raise _FarTooSlow
 
-    started = time.monotonic()
-
-    def phase(name: str) -> None:
-        nonlocal started
-        now = time.monotonic()
-        m.phase_s[name] = round(now - started, 3)
-        started = now
-
+    marks = [time.monotonic()]  # the start and end of each phase
     # both workers generate the inputs and set up at once (nothing is timed yet)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
         student_open = pool.submit(call, "student", opening({"student": str(sub.library)}, False))
         m.device = call(baselines[0], opening(libs, True)).data["device"]
         student_open.result()
-    phase("open")
+    marks.append(time.monotonic())
     try:
         try:
             _sample(m, names, take, cfg)
@@ -220,9 +213,10 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
             _sample(m, names, take, cfg)  # from the start, every kernel timed the same way
     except _FarTooSlow:
         m.stopped_early = True
-    phase("sampling")
+    marks.append(time.monotonic())
     m.closing = call("student", timing_close(str(worker.dirs.outbox / CLOSING_FOLDER))).data
-    phase("close")
+    marks.append(time.monotonic())
+    m.phase_s = {name: round(end - begin, 3) for name, begin, end in zip(("open", "sampling", "close"), marks, marks[1:])}
     m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
                                       [(m.walls[b], m.trips[b]) for b in baselines])
     return m
