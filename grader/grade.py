@@ -263,6 +263,13 @@ class LabGrading:
                     out += future.result()
         return out
 
+    def stop_student_code(self) -> None:
+        """End the student's worker while other labs are timed: no student code (a thread that
+        goes on launching kernels, say) runs beside another lab's timed calls. Timing starts it
+        again, beside the baselines' setup."""
+        if self.worker is not None:
+            self.worker.kill()
+
     # ---------------------------------------------------------------- second half
 
     def finish(self) -> LabReport:

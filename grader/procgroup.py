@@ -9,11 +9,27 @@ import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from .textutil import CappedOutput
 
 SETTLE_S = 2.0
+
+# The sandbox ends a process when the thread that started it ends (``bwrap --die-with-parent``
+# is the parent-death signal, which Linux sends when the creating *thread* exits). Grading starts
+# long-lived workers from short-lived threads (one per lab, one per timing), so they are all
+# started from this one thread, which lives as long as the grader.
+_STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="process-starter")
+
+
+def start_lasting(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(cmd, **popen)`` that outlives the calling thread (see ``_STARTER``)."""
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(cmd, **popen)
+
+    return _STARTER.submit(start).result()
 
 
 def live_members(pgid: int) -> list[int]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from .errors import GraderError
 from .paths import PACKAGE_PARENT
-from .procgroup import drain, kill_group, run_capped
+from .procgroup import drain, kill_group, run_capped, start_lasting
 from .safeio import read_beneath, write_private
 from .sandbox import Sandbox, confined_env, worker_runtime
 from .textutil import CappedOutput, clean
@@ -183,7 +183,7 @@ class WorkerSession:
         cmd, env = self.isolation.command(worker_command("--serve"), self.dirs,
                                           {**self.extra_env, "GRADER_RESULT_FD": str(wfd), "GRADER_TASK_FD": str(task_r)})
         try:
-            self.proc = subprocess.Popen(
+            self.proc = start_lasting(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 pass_fds=(wfd, task_r), env=env, cwd=self.dirs.outbox,
                 start_new_session=True,

@@ -3,8 +3,13 @@ import threading
 import time
 from pathlib import Path
 
-from grader.procgroup import kill_group, live_members, run_capped
+import pytest
+
+from grader import sandbox as sandboxing
+from grader.procgroup import kill_group, live_members, run_capped, start_lasting
 from grader.textutil import CappedOutput
+
+SANDBOX = sandboxing.detect()
 
 
 def _wait_for(predicate, timeout_s=5.0):
@@ -12,6 +17,24 @@ def _wait_for(predicate, timeout_s=5.0):
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def _descendants(pid: int) -> list[str]:
+    """The command names of every process below ``pid``."""
+    names, todo = [], [pid]
+    while todo:
+        parent = todo.pop(0)
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            try:
+                names.append(Path(f"/proc/{child}/comm").read_text().strip())
+            except OSError:
+                continue
+            todo.append(child)
+    return names
 
 
 def test_kill_group_returns_only_once_every_member_has_stopped():
@@ -52,3 +75,29 @@ def test_a_run_stops_when_its_stop_event_is_set(tmp_path):
 def test_a_run_without_a_stop_ends_with_its_exit_status(tmp_path):
     console = CappedOutput(1 << 10, 1 << 10)
     assert run_capped(["sh", "-c", "exit 3"], console, 20, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, stop=threading.Event()) == 3
+
+
+@pytest.mark.skipif(not SANDBOX.active, reason=f"no sandbox here: {SANDBOX.reason}")
+def test_a_sandboxed_worker_started_from_a_short_lived_thread_outlives_it():
+    """The sandbox ends its process when the starting thread ends: labs start their workers from
+    threads that end long before the timing uses them (which then found them gone)."""
+    cmd = SANDBOX.wrap(["sleep", "60"])
+    started = {}
+
+    def start():
+        started["lasting"] = start_lasting(cmd, start_new_session=True)
+        started["plain"] = subprocess.Popen(cmd, start_new_session=True)
+        for proc in started.values():  # the thread ends only once both sandboxes run their command
+            _wait_for(lambda pid=proc.pid: "sleep" in _descendants(pid), 20)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    try:
+        started["plain"].wait(10)  # the control: a plain start dies with its thread
+        time.sleep(0.5)
+        assert started["lasting"].poll() is None
+    finally:
+        for proc in started.values():
+            kill_group(proc.pid)
+            proc.wait(5)
