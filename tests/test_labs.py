@@ -181,7 +181,7 @@ def test_nan_messages_mention_out_of_bounds_accesses_that_memcheck_saw():
 
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 15, 16, 1000, 3 * 64 + 5])
 def test_the_convolution_oracle_is_the_lab_definition_term_by_term(n):
-    """memory_types' oracle (chunked for speed: chunks of 64 here) against out[i] = sum_j
+    """memory_types' oracle (chunked for speed: chunks of 64 here, on one thread or several) against out[i] = sum_j
     mask[j] * in[i + j - r], with terms outside [0, n) zero, summed in mask order in float64."""
     import numpy as np
 
@@ -190,14 +190,15 @@ def test_the_convolution_oracle_is_the_lab_definition_term_by_term(n):
     problem = load_problem(find_lab("memory_types"))
     for width in (1, 5, 15):
         inputs = problem.generate({"n": n, "mask_width": width}, n * 31 + width, np)
-        got = problem.expected(inputs, {"n": n, "mask_width": width}, chunk=64)["out"]
         x, mask, r = inputs["in"].astype(np.float64), inputs["mask"].astype(np.float64), width // 2
         want = np.zeros(n)
         for i in range(n):
             for j in range(width):
                 if 0 <= i + j - r < n:
                     want[i] += mask[j] * x[i + j - r]
-        assert got.dtype == np.float64 and np.array_equal(got, want), (n, width)
+        for threads in (1, 3):  # the chunks one after another, or spread over threads
+            got = problem.expected(inputs, {"n": n, "mask_width": width}, chunk=64, threads=threads)["out"]
+            assert got.dtype == np.float64 and np.array_equal(got, want), (n, width, threads)
 
 
 def test_the_histogram_oracle_counts_letters_in_bins_of_four_across_chunks():
