@@ -73,7 +73,8 @@ def main() -> int:
             print(f"  time {lib:<16} median {row['median_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}, {rate}")
         for c in r.checks:
             if c.stage in (Stage.COUNTERS, Stage.SANITIZER, Stage.SPEED):
-                print(f"  {c.outcome.value:<7} {c.id}: {c.message}")
+                took = f" [{c.duration_s:.1f} s]" if c.duration_s else ""
+                print(f"  {c.outcome.value:<7} {c.id}{took}: {c.message}")
     return 0
 
 
