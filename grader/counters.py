@@ -135,9 +135,15 @@ def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: fl
                   "(Nsight Compute outside the grader, DCGM) was collecting on this GPU")
 
 
+def cache_path(cache_key: str, cache_dir: Path, library: Path) -> Path:
+    """Where a trusted run's counters are kept: by what was asked and the library's bytes."""
+    digest = hashlib.sha256(cache_key.encode() + library.read_bytes()).hexdigest()[:32]
+    return cache_dir / "counters" / f"{digest}.json"
+
+
 def profile(
     library: Path,
-    task: Task,
+    task: Task | Callable[[], Task],
     metrics: tuple[str, ...],
     dirs: RunDirs,
     time_limit_s: float,
@@ -147,20 +153,21 @@ def profile(
     gpu: GpuInfo | None = None,
 ) -> CounterRun:
     """Run one case ``task`` of the worker (of ``library``) under ncu and collect ``metrics``,
-    holding ``gpu``'s profiling lock.
+    holding ``gpu``'s profiling lock. ``task`` may be a function that writes the case's inputs,
+    called only when the run is not cached.
 
     ncu's report comes through a pipe that only the grader reads: what the program printed
     (forged CSV rows, a fake "counters busy") is never parsed."""
-    cache_file = None
-    if cache_key and cache_dir:
-        digest = hashlib.sha256(cache_key.encode() + library.read_bytes()).hexdigest()[:32]
-        cache_file = cache_dir / "counters" / f"{digest}.json"
+    cache_file = cache_path(cache_key, cache_dir, library) if cache_key and cache_dir else None
+    if cache_file is not None:
         if cache_file.exists():
             data = json.loads(cache_file.read_text())
             return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
     ncu = toolchain.find("ncu")
     if ncu is None:
         return CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
+    if callable(task):
+        task = task()
     cmd = [
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
         "--clock-control", "none", "--log-file", TOOL_LOG,
@@ -254,7 +261,7 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
 
         def profile_baseline(metrics: tuple[str, ...]) -> CounterRun:
             key = f"{sub.gpu.name}|{sub.gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
-            return profile(base_lib, tool_task(sub, check, trusted, base_lib), metrics, trusted,
+            return profile(base_lib, lambda: tool_task(sub, check, trusted, base_lib), metrics, trusted,
                            sub.time_left(check.time_limit_s), sub.isolation.for_baselines(), cache_key=key,
                            cache_dir=sub.cache_dir, gpu=sub.gpu)
 

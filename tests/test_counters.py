@@ -15,7 +15,7 @@ from grader.classroom.gpus import GpuSlot
 from grader.counters import Profiles
 from grader.gpu import GpuInfo
 from grader.labs import find_lab
-from grader.runner import ToolRun
+from grader.runner import RunDirs, ToolRun
 from grader.spec import CounterCheck
 
 
@@ -152,3 +152,20 @@ def test_coalescing_is_sectors_per_32_bytes_requested():
     assert check.scale == 32 and counter_value(values, check) == 8.0
     coalesced = {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 4.0, "smsp__sass_data_bytes_mem_global_op_ld.sum": 128.0}
     assert counter_value(coalesced, check) == 1.0 <= check.full
+
+
+def test_a_cached_baseline_profile_writes_no_inputs(tmp_path):
+    """A trusted run found in the cache neither runs the profiler nor generates its case's
+    inputs (16M characters of text for histogram: seconds per lab)."""
+    library = tmp_path / "baseline.so"
+    library.write_bytes(b"\x7fELF compiled baseline")
+    cached = counters.cache_path("key", tmp_path / "cache", library)
+    cached.parent.mkdir(parents=True)
+    cached.write_text('{"values": {"smsp__inst_executed.sum": 42.0}, "kernels": ["naive"]}')
+
+    def no_task():
+        raise AssertionError("the case's inputs were written for a cached run")
+
+    run = counters.profile(library, no_task, ("smsp__inst_executed.sum",), RunDirs(tmp_path / "in", tmp_path / "out"),
+                           10.0, None, cache_key="key", cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
+    assert run.cached and run.values == {"smsp__inst_executed.sum": 42.0} and run.kernels == ("naive",)
