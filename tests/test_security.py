@@ -456,3 +456,32 @@ def test_placement_checks_judge_only_the_kernels_that_ran(tmp_path):
         assert judged[w].outcome is Outcome.FAIL and "judged on the kernels that ran: conv1d_global(" in judged[w].message
     assert judged["no_local_memory"].outcome is Outcome.PASS
 
+
+
+def test_arrays_a_worker_wrote_are_read_as_written_and_never_beyond_their_limit(tmp_path):
+    import numpy as np
+
+    from grader.safeio import UnsafeFile, load_npy
+
+    for array in (np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+                  np.array(3.5), np.zeros((0, 5)), np.arange(7, dtype=np.uint8)):
+        np.save(tmp_path / "a.npy", array)
+        got = load_npy(tmp_path, "a.npy", 1 << 20)
+        assert got.dtype == array.dtype and got.shape == array.shape and np.array_equal(got, array)
+        assert got.flags.f_contiguous == array.flags.f_contiguous
+    np.save(tmp_path / "objects.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(UnsafeFile, match="Python objects"):
+        load_npy(tmp_path, "objects.npy", 1 << 20)
+    # a small file whose header claims 4 TB: refused before anything of that size is allocated
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }"
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    (tmp_path / "huge.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\0" * 64)
+    with pytest.raises(UnsafeFile, match="header declares 4,398,046,511,104 bytes"):
+        load_npy(tmp_path, "huge.npy", 1 << 20)
+    np.save(tmp_path / "cut.npy", np.ones(1000, np.float32))
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "cut.npy").read_bytes()[:-4])
+    with pytest.raises(UnsafeFile, match="data ends before the 4,000 bytes"):
+        load_npy(tmp_path, "cut.npy", 1 << 20)
+    os.symlink(tmp_path / "a.npy", tmp_path / "link.npy")
+    with pytest.raises(UnsafeFile):
+        load_npy(tmp_path, "link.npy", 1 << 20)
