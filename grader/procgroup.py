@@ -3,6 +3,7 @@ of its members still runs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -32,9 +33,9 @@ def start_lasting(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
     return _STARTER.submit(start).result()
 
 
-def live_members(pgid: int) -> list[int]:
-    """Process ids in group ``pgid`` that have not yet exited (zombies are not counted)."""
-    members = []
+def _processes() -> dict[int, tuple[str, int, int]]:
+    """Every process: pid -> (state, parent pid, process group)."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -43,23 +44,44 @@ def live_members(pgid: int) -> list[int]:
         except OSError:
             continue  # exited while we looked
         fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in "ZX":
-            members.append(int(entry.name))
-    return members
+        if len(fields) > 2:
+            table[int(entry.name)] = (fields[0], int(fields[1]), int(fields[2]))
+    return table
+
+
+def _alive(state: str) -> bool:
+    return state not in "ZX"  # a zombie has closed its files and released its memory (and GPU)
+
+
+def live_members(pgid: int) -> list[int]:
+    """Process ids in group ``pgid`` that have not yet exited (zombies are not counted)."""
+    return [pid for pid, (state, _, group) in _processes().items() if group == pgid and _alive(state)]
 
 
 def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
-    """SIGKILL every process in group ``pgid``, then wait up to ``settle_s`` for them to be gone.
+    """SIGKILL every process in group ``pgid`` and every process below them, then wait up to
+    ``settle_s`` for them all to be gone.
 
-    A killed process only stops once the kernel delivers the signal, so a caller that goes on
-    at once could still see it running; returns False when some member outlived ``settle_s``
-    (stuck in the kernel, for instance releasing a GPU)."""
-    try:
+    Processes below can sit in groups of their own (the sandbox starts its command in a new
+    session), and a killed process only stops once the kernel delivers the signal and its exit
+    releases what it held (its GPU context): a caller that goes on at once, to time a kernel say,
+    could still share the GPU with it. Returns False when one outlived ``settle_s``."""
+    table = _processes()
+    doomed = {pid for pid, (state, _, group) in table.items() if group == pgid and _alive(state)}
+    todo = list(doomed)
+    while todo:
+        parent = todo.pop()
+        for pid, (state, ppid, _) in table.items():
+            if ppid == parent and pid not in doomed and _alive(state):
+                doomed.add(pid)
+                todo.append(pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        return True
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + settle_s
-    while live_members(pgid):
+    while any(pid in doomed and _alive(state) for pid, (state, _, _) in _processes().items()):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)

@@ -101,3 +101,17 @@ def test_a_sandboxed_worker_started_from_a_short_lived_thread_outlives_it():
         for proc in started.values():
             kill_group(proc.pid)
             proc.wait(5)
+
+
+def test_kill_group_also_ends_and_waits_for_processes_below_it_in_sessions_of_their_own():
+    """The sandbox runs its command in a new session: killing the sandbox's group alone left the
+    worker below it releasing its GPU while the next kernel was timed."""
+    proc = subprocess.Popen(["sh", "-c", "setsid sleep 300 & wait"], start_new_session=True)
+    _wait_for(lambda: "sleep" in _descendants(proc.pid))
+    below = list(map(int, Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()))
+    assert below and all(pid not in live_members(proc.pid) for pid in below)  # another group
+    assert kill_group(proc.pid)
+    proc.wait(5)
+    for pid in below:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] if Path(f"/proc/{pid}").exists() else "gone"
+        assert state in ("Z", "X", "gone"), (pid, state)
