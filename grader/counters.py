@@ -40,6 +40,7 @@ class CounterRun:
     kernels: tuple[str, ...] = ()
     skipped: str = ""  # the check cannot run here: no ncu, no permission
     error: str = ""  # the submission failed under the profiler
+    hidden: str = ""  # the submission ran kernels the profiler did not see
     log: str = ""
     seconds: float = 0.0
     cached: bool = False
@@ -195,6 +196,9 @@ def profile(
         return CounterRun(
             skipped=f"ncu did not report {', '.join(missing)} on this GPU", log=cap_lines(text, 30), seconds=seconds
         )
+    hidden = hidden_kernels((run.result or {}).get("kernels_launched"), kernels)
+    if hidden:
+        return CounterRun(hidden=hidden, kernels=tuple(kernels), seconds=seconds)
     counted = CounterRun(values=values, kernels=tuple(kernels), log="", seconds=seconds)
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -202,6 +206,20 @@ def profile(
         tmp.write_text(json.dumps({"values": values, "kernels": kernels}))
         os.replace(tmp, cache_file)
     return counted
+
+
+def hidden_kernels(launched: object, profiled: list[str]) -> str:
+    """Why the profile cannot be trusted ("" if it can): the launcher ran more distinct kernels,
+    by the runtime's own record of its launches, than the profiler saw (a launcher that stops
+    the profiler, ``cudaProfilerStop()``, after a decoy kernel hides the real ones from it)."""
+    if not isinstance(launched, list):
+        return ""  # unknown (a launch without a name): nothing to hold the profile against
+    seen = len(set(profiled))
+    if seen >= len(launched):
+        return ""
+    names = ", ".join(sorted(str(n) for n in launched)[:5])
+    return (f"your launcher ran {len(launched)} distinct kernel{'s' if len(launched) > 1 else ''} ({names}) but the "
+            f"profiler saw {seen}: kernels were hidden from it (cudaProfilerStop?), so nothing could be measured")
 
 
 def counter_value(values: Mapping[str, float], check: CounterCheck) -> float:
@@ -253,6 +271,9 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
         return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
     if mine.error:
         return CheckResult(check.id, Stage.COUNTERS, Outcome.ERROR, 0, check.points, f"under the profiler: {mine.error}", mine.log)
+    if mine.hidden:
+        return CheckResult(check.id, Stage.COUNTERS, Outcome.FAIL, 0, check.points, mine.hidden,
+                           measured={"kernels": ", ".join(mine.kernels)})
     v_student = counter_value(mine.values, check)
     v_base, base_error = None, ""
     if check.baseline:

@@ -169,3 +169,17 @@ def test_a_cached_baseline_profile_writes_no_inputs(tmp_path):
     run = counters.profile(library, no_task, ("smsp__inst_executed.sum",), RunDirs(tmp_path / "in", tmp_path / "out"),
                            10.0, None, cache_key="key", cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
     assert run.cached and run.values == {"smsp__inst_executed.sum": 42.0} and run.kernels == ("naive",)
+
+
+@pytest.mark.parametrize("launched,profiled,hidden", [
+    (["decoy", "matmul_naive"], ["decoy"], True),  # cudaProfilerStop() after a decoy
+    (["matmul_naive"], [], True),
+    (["matmul_tiled"], ["matmul_tiled(const float *, const float *, float *, int)"], False),  # names differ in form
+    (["a", "b"], ["a(int)", "b(int)", "a(int)"], False),  # a kernel launched twice
+    (None, ["decoy"], False),  # a launch without a name: no record to hold the profile against
+])
+def test_a_profile_missing_kernels_the_runtime_launched_is_not_trusted(launched, profiled, hidden):
+    why = counters.hidden_kernels(launched, profiled)
+    assert bool(why) is hidden
+    if hidden:
+        assert f"ran {len(launched)} distinct kernel" in why and f"profiler saw {len(set(profiled))}" in why
