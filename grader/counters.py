@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping
 
 from . import toolchain
-from .build import baseline_library
+from .build import baseline_library, demangle
 from .correctness import tool_task
 from .flock import gpu_folder, wait_exclusive
 from .gpu import GpuInfo, gpu_key
@@ -217,7 +217,7 @@ def hidden_kernels(launched: object, profiled: list[str]) -> str:
     seen = len(set(profiled))
     if seen >= len(launched):
         return ""
-    names = ", ".join(sorted(str(n) for n in launched)[:5])
+    names = ", ".join(sorted(demangle(str(n)) for n in launched)[:5])
     return (f"your launcher ran {len(launched)} distinct kernel{'s' if len(launched) > 1 else ''} ({names}) but the "
             f"profiler saw {seen}: kernels were hidden from it (cudaProfilerStop?), so nothing could be measured")
 
