@@ -287,7 +287,7 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
                            cache_dir=sub.cache_dir, gpu=sub.gpu)
 
         base = profiles.run(f"baseline {check.baseline}", check, profile_baseline)
-        base_error = base.skipped or base.error
+        base_error = base.skipped or base.error or base.hidden
         if not base_error:
             v_base = counter_value(base.values, check)
     measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
