@@ -160,10 +160,9 @@ def profile(
     ncu's report comes through a pipe that only the grader reads: what the program printed
     (forged CSV rows, a fake "counters busy") is never parsed."""
     cache_file = cache_path(cache_key, cache_dir, library) if cache_key and cache_dir else None
-    if cache_file is not None:
-        if cache_file.exists():
-            data = json.loads(cache_file.read_text())
-            return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
+    if cache_file is not None and cache_file.exists():
+        data = json.loads(cache_file.read_text())
+        return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
     ncu = toolchain.find("ncu")
     if ncu is None:
         return CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")

@@ -2,8 +2,8 @@
 
 Labs are started together (compile, static checks, correctness, with sanitizer and counter
 runs in the background), and timed one by one once no profiler, sanitizer or student code is
-left running, so the timed calls have the GPU to themselves. A lab that is missing or breaks the grader gets a
-report that says so; the others are graded as usual.
+left running, so the timed calls have the GPU to themselves. A lab that is missing or breaks
+the grader gets a report that says so; the others are graded as usual.
 """
 
 from __future__ import annotations
