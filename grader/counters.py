@@ -44,28 +44,49 @@ class CounterRun:
     log: str = ""
     seconds: float = 0.0
     cached: bool = False
+    session: int = 0  # profiled with this many cases of the student's labs in one session (0: alone)
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One profiled kernel launch: its name, grid size as ncu prints it, and metric values."""
+
+    name: str
+    grid: str
+    values: Mapping[str, float]
+
+
+def kernel_rows(text: str) -> list[KernelRow]:
+    """The kernels of ``ncu --csv --print-units base`` (long format), in launch order."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    header_at = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if header_at is None:
+        return []
+    kernels: dict[str, tuple[str, str, dict[str, float]]] = {}
+    for row in csv.DictReader(io.StringIO("\n".join(lines[header_at:]))):
+        name, value = row.get("Metric Name"), row.get("Metric Value", "")
+        if not name:
+            continue
+        _, _, values = kernels.setdefault(row.get("ID", ""), (row.get("Kernel Name", "?"), row.get("Grid Size", ""), {}))
+        try:
+            values[name] = values.get(name, 0.0) + float(value.replace(",", ""))
+        except ValueError:
+            continue
+    return [KernelRow(name, grid, values) for name, grid, values in kernels.values()]
+
+
+def summed(rows: list[KernelRow]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for row in rows:
+        for name, value in row.values.items():
+            totals[name] = totals.get(name, 0.0) + value
+    return totals
 
 
 def parse_csv(text: str) -> tuple[dict[str, float], list[str]]:
     """Sum each metric over kernels from ``ncu --csv --print-units base`` (long format)."""
-    lines = [line for line in text.splitlines() if line.startswith('"')]
-    header_at = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if header_at is None:
-        return {}, []
-    rows = list(csv.DictReader(io.StringIO("\n".join(lines[header_at:]))))
-    totals: dict[str, float] = {}
-    kernels: dict[str, str] = {}
-    for row in rows:
-        name, value = row.get("Metric Name"), row.get("Metric Value", "")
-        if not name:
-            continue
-        kernels[row.get("ID", "")] = row.get("Kernel Name", "?")
-        try:
-            number = float(value.replace(",", ""))
-        except ValueError:
-            continue
-        totals[name] = totals.get(name, 0.0) + number
-    return totals, list(kernels.values())
+    rows = kernel_rows(text)
+    return summed(rows), [row.name for row in rows]
 
 
 def _permission_problem(text: str) -> str:
@@ -163,11 +184,30 @@ def profile(
     if cache_file is not None and cache_file.exists():
         data = json.loads(cache_file.read_text())
         return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
-    ncu = toolchain.find("ncu")
-    if ncu is None:
-        return CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
     if callable(task):
         task = task()
+    run, early = run_profiler(task, metrics, dirs, time_limit_s, isolation, gpu)
+    if run is None:
+        return early
+    failure = run.failure("the profiled process ended early")
+    if failure:
+        return CounterRun(error=failure, log=cap_lines(f"{run.log}\n{run.console}".strip(), 30), seconds=run.seconds)
+    counted = judged(metrics, kernel_rows(run.log), run.result or {}, run.log, run.seconds)
+    if counted.values and cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"values": dict(counted.values), "kernels": list(counted.kernels)}))
+        os.replace(tmp, cache_file)
+    return counted
+
+
+def run_profiler(task: Task, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
+                 gpu: GpuInfo | None) -> tuple[ToolRun | None, CounterRun]:
+    """``task`` run under ncu collecting ``metrics``, holding ``gpu``'s profiling lock: the run,
+    or None and why there is nothing to read (no ncu, no permission, counters busy, timed out)."""
+    ncu = toolchain.find("ncu")
+    if ncu is None:
+        return None, CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
     cmd = [
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
         "--clock-control", "none", "--log-file", TOOL_LOG,
@@ -177,34 +217,31 @@ def profile(
         lambda limit: run_under_tool(cmd, task, dirs.sub(f"try{next(attempts)}"), limit, isolation), time_limit_s,
         folder=lock_folder(gpu))
     if run is None:
-        return CounterRun(skipped=busy)
-    text, seconds = run.log, run.seconds
+        return None, CounterRun(skipped=busy)
     if run.timed_out:
-        return CounterRun(error=f"did not finish within {time_limit_s:g} s under the profiler and was killed", seconds=seconds)
-    problem = _permission_problem(text)
+        return None, CounterRun(error=f"did not finish within {time_limit_s:g} s under the profiler and was killed",
+                                seconds=run.seconds)
+    problem = _permission_problem(run.log)
     if problem:
-        return CounterRun(skipped=problem, log=cap_lines(text, 20), seconds=seconds)
-    failure = run.failure("the profiled process ended early")
-    if failure:
-        return CounterRun(error=failure, log=cap_lines(f"{text}\n{run.console}".strip(), 30), seconds=seconds)
-    values, kernels = parse_csv(text)
-    missing = [m for m in metrics if m not in values]
+        return None, CounterRun(skipped=problem, log=cap_lines(run.log, 20), seconds=run.seconds)
+    return run, CounterRun()
+
+
+def judged(metrics: tuple[str, ...], rows: list[KernelRow], result: Mapping[str, object], text: str,
+           seconds: float) -> CounterRun:
+    """What one completed case's profiled kernels ``rows`` (its worker reply ``result``) say."""
+    values, kernels = summed(rows), [row.name for row in rows]
     if not kernels:
         return CounterRun(error="the launcher ran no kernel", log=cap_lines(text, 30), seconds=seconds)
+    missing = [m for m in metrics if m not in values]
     if missing:
         return CounterRun(
             skipped=f"ncu did not report {', '.join(missing)} on this GPU", log=cap_lines(text, 30), seconds=seconds
         )
-    hidden = hidden_kernels((run.result or {}).get("kernels_launched"), kernels)
+    hidden = hidden_kernels(result.get("kernels_launched"), kernels)
     if hidden:
         return CounterRun(hidden=hidden, kernels=tuple(kernels), seconds=seconds)
-    counted = CounterRun(values=values, kernels=tuple(kernels), log="", seconds=seconds)
-    if cache_file is not None:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"values": values, "kernels": kernels}))
-        os.replace(tmp, cache_file)
-    return counted
+    return CounterRun(values=values, kernels=tuple(kernels), log="", seconds=seconds)
 
 
 def hidden_kernels(launched: object, profiled: list[str]) -> str:
@@ -253,6 +290,10 @@ class Profiles:
     def case(check: CounterCheck) -> CaseKey:
         return (tuple(sorted(check.params.items())), check.seed)
 
+    def settle(self, whose: str, key: CaseKey, run: CounterRun) -> None:
+        """Take ``run`` as ``whose`` run of case ``key`` (made elsewhere: a shared session)."""
+        self.runs[(whose, key)] = run
+
     def run(self, whose: str, check: CounterCheck, profile: Callable[[tuple[str, ...]], CounterRun]) -> CounterRun:
         key = (whose, self.case(check))
         if key not in self.runs:
@@ -291,6 +332,8 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
             v_base = counter_value(base.values, check)
     measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
                 "profile_seconds": round(mine.seconds, 2)}
+    if mine.session:
+        measured["profile_session_cases"] = mine.session
     shared_with = profiles.first[profiles.case(check)]
     if shared_with != check.id:
         measured["profile_run_of"] = shared_with

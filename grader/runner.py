@@ -413,7 +413,8 @@ def run_under_tool(
     try:
         args = [f"/dev/fd/{log_w}" if a == TOOL_LOG else a for a in tool_cmd]
         args += worker_command("--job", str(job), "--result", str(dirs.outbox / "result.json"))
-        inputs = tuple(Path(p) for p in task.get("inputs", {}).values() if not Path(p).is_relative_to(dirs.inbox))
+        inputs = tuple(Path(p) for one in (task, *task.get("tasks", [])) for p in one.get("inputs", {}).values()
+                       if not Path(p).is_relative_to(dirs.inbox))
         env_extra = {**(extra_env or {}), "GRADER_CLOSE_FD": f"{log_w}:{os.fstat(log_w).st_ino}"}
         cmd, env = isolation.command(args, dirs, env_extra, read_also=inputs)
         code = run_capped(cmd, console, started + time_limit_s - time.monotonic(), cwd=dirs.outbox, env=env,

@@ -142,6 +142,47 @@ def test_a_repo_with_one_hanging_lab_grades_the_others_in_full(tmp_path):
 
 
 @pytest.mark.gpu
+def test_a_repository_profiles_its_labs_in_one_session_with_the_verdicts_of_each_alone(tmp_path):
+    """The counter cases of a student's labs share one ncu session, cut at the grader's markers:
+    each lab gets exactly the counter verdicts it gets graded alone, known failures included,
+    and a launcher that hides its kernel from the profiler is still caught."""
+    from grader.repo import grade_repo, submission_path
+
+    sources = {
+        "boundary_checks": ROOT / "labs" / "boundary_checks" / "solutions" / "wrong" / "tiny_tiles.cu",
+        "corner_turning": ROOT / "labs" / "corner_turning" / "solutions" / "wrong" / "tiny_tiles.cu",
+        "histogram": ROOT / "labs" / "histogram" / "solutions" / "wrong" / "sectioned.cu",
+        "memory_types": find_lab("memory_types").files.reference,
+        "tiled_matmul": ROOT / "tests" / "hostile" / "tiled_matmul" / "hide_from_profiler.cu",
+    }
+    for lab_id, source in sources.items():
+        target = submission_path(tmp_path, lab_id)
+        target.parent.mkdir(parents=True)
+        target.write_bytes(source.read_bytes())
+    options = GradeOptions(timing=False, sanitizers=False)
+    together = {r.lab: {c.id: c for c in r.checks if c.stage.value == "counters"} for r in grade_repo(tmp_path, options)}
+    expected = {
+        "boundary_checks": {"global_load_reduction": Outcome.FAIL},
+        "corner_turning": {"coalesced_loads": Outcome.FAIL, "shared_bank_conflicts": Outcome.PASS},
+        "histogram": {"coalesced_loads": Outcome.FAIL, "privatized_atomics": Outcome.PASS},
+        "memory_types": {},
+        "tiled_matmul": {"global_load_reduction": Outcome.FAIL},
+    }
+    assert {lab: {cid: c.outcome for cid, c in checks.items()} for lab, checks in together.items()} == expected
+    assert "profiler saw 1" in together["tiled_matmul"]["global_load_reduction"].message
+    sessions = {c.measured.get("profile_session_cases") for lab, checks in together.items() for c in checks.values()
+                if lab != "tiled_matmul"}  # (a hidden kernel's failure carries no figures)
+    assert sessions == {4}, sessions  # one session for the four labs that have counter checks
+    for lab_id, checks in together.items():
+        alone = {c.id: c for c in grade(find_lab(lab_id), sources[lab_id], options).checks if c.id in checks}
+        for cid, check in checks.items():
+            assert (alone[cid].outcome, alone[cid].points) == (check.outcome, check.points), (lab_id, cid)
+            assert "profile_session_cases" not in alone[cid].measured
+            if isinstance(check.measured.get("student"), float):
+                assert alone[cid].measured["student"] == pytest.approx(check.measured["student"], rel=0.02), (lab_id, cid)
+
+
+@pytest.mark.gpu
 def test_two_grader_processes_profile_the_same_gpu_in_turn(tmp_path):
     """Each sandbox has its own namespaces, where ncu cannot see another's run: the graders take
     turns through their lock file, so two of them at once both get every counter."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from .buffers import Buffers, StudentCudaError, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
-from .protocol import Kind, Reply, Status, Task
+from .protocol import MARK_KERNEL, Kind, Reply, Status, Task
 from .sampling import run_timing
 
 
@@ -43,10 +43,26 @@ def run_case(cp: Any, task: Task) -> Reply:
     return result
 
 
+def run_marked(cp: Any, task: Task) -> Reply:
+    """Tasks in turn, each announced by a launch of the marker kernel (``protocol.marked_tasks``)."""
+    mark = cp.RawKernel(f'extern "C" __global__ void {MARK_KERNEL}() {{}}', MARK_KERNEL)
+    results: list[Reply] = []
+    for blocks, sub in zip(task["marks"], task["tasks"]):
+        mark((blocks,), (32,), ())
+        cp.cuda.Device().synchronize()
+        reply = run_task(cp, sub)
+        results.append(reply)
+        if reply.get("sticky") or reply["status"] == Status.OUT_OF_MEMORY.value:
+            break  # the context is broken or full: the tasks left are run elsewhere
+    return {"status": Status.OK.value, "results": results}
+
+
 def run_task(cp: Any, task: Task) -> Reply:
     try:
         if task["kind"] == Kind.CASE.value:
             return run_case(cp, task)
+        if task["kind"] == Kind.MARKED.value:
+            return run_marked(cp, task)
         if task["kind"].startswith("timing_"):
             return run_timing(cp, task)
         return {"status": Status.WORKER_ERROR.value, "error": f"unknown task kind {task['kind']!r}"}

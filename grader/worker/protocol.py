@@ -29,6 +29,7 @@ class Kind(str, enum.Enum):
     TIMING_PREPARE = "timing_prepare"
     TIMING_SAMPLE = "timing_sample"
     TIMING_CLOSE = "timing_close"
+    MARKED = "marked"
     QUIT = "quit"
 
 
@@ -67,6 +68,8 @@ class Task(TypedDict, total=False):
     seed: int
     measure_copy: bool
     gated: bool
+    tasks: list["Task"]
+    marks: list[int]
 
 
 Reply = dict[str, Any]  # {"status": Status value, ...}; the fields each task's reply holds are below
@@ -105,6 +108,16 @@ def timing_close(out_dir: str) -> Task:
     names in ``out_dir``), ``inputs_modified``."""
     return Task(kind=Kind.TIMING_CLOSE.value, out_dir=out_dir)
 
+
+def marked_tasks(tasks: list[Task], marks: list[int]) -> Task:
+    """Run ``tasks`` in turn, each after a launch of the marker kernel ``MARK_KERNEL`` on a grid of
+    its ``marks`` blocks, so that a profiler's list of kernels can be split by task. Stops after
+    a task that leaves the CUDA context unusable. Reply: ``results``, one reply per task run."""
+    return Task(kind=Kind.MARKED.value, tasks=tasks, marks=marks)
+
+
+#: The kernel the worker launches between marked tasks.
+MARK_KERNEL = "grader_task_mark"
 
 QUIT = Task(kind=Kind.QUIT.value)
 

@@ -1,0 +1,192 @@
+"""A student's counter cases of several labs in one profiler session: cutting ncu's kernel list at
+the grader's markers, what is left to be profiled alone, and the labs' hand-over. Real sessions
+on a GPU are in tests/test_gpu_labs.py."""
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from grader import counterbatch
+from grader.counterbatch import ProfileBatch, Request, profile_together, split_at_marks
+from grader.counters import CounterRun, kernel_rows
+from grader.options import GradeOptions, sandbox_for
+from grader.runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
+from grader.sandbox import Sandbox
+from grader.worker.protocol import MARK_KERNEL, case_task, marked_tasks
+
+HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",' \
+         '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+
+
+def _csv(kernels: list[tuple[str, str, float]]) -> str:
+    """ncu's long CSV for kernels (name, grid, value of one metric)."""
+    lines = ["==PROF== Connected to process 7", HEADER]
+    for i, (name, grid, value) in enumerate(kernels):
+        lines.append(f'"{i}","7","python3","127.0.0.1","{name}","1","7","(32, 1, 1)","{grid}","0","9.0",'
+                     f'"Command line profiler metrics","m.sum","inst","{value:,.0f}"')
+    return "\n".join(lines)
+
+
+def _mark(blocks: int) -> tuple[str, str, float]:
+    return (MARK_KERNEL, f"({blocks}, 1, 1)", 0.0)
+
+
+def test_kernel_rows_keep_launch_order_grid_and_values():
+    rows = kernel_rows(_csv([_mark(1234), ("naive(float*)", "(64, 1, 1)", 1500.0)]))
+    assert [(r.name, r.grid) for r in rows] == [(MARK_KERNEL, "(1234, 1, 1)"), ("naive(float*)", "(64, 1, 1)")]
+    assert rows[1].values == {"m.sum": 1500.0}
+
+
+def test_the_kernel_list_is_cut_at_the_markers():
+    rows = kernel_rows(_csv([_mark(5000), ("a", "(8, 1, 1)", 10), ("a2", "(8, 1, 1)", 5), _mark(7000), _mark(6000),
+                             ("c", "(1, 1, 1)", 3)]))
+    parts = split_at_marks(rows, [5000, 7000, 6000])
+    assert parts is not None
+    assert [[r.name for r in part] for part in parts] == [["a", "a2"], [], ["c"]]
+
+
+@pytest.mark.parametrize("kernels,marks", [
+    ([("stray", "(1, 1, 1)", 1), _mark(5000), ("a", "(8, 1, 1)", 1)], [5000]),  # a kernel before the first marker
+    ([_mark(5000), ("a", "(8, 1, 1)", 1)], [5000, 7000]),  # a marker missing
+    ([_mark(7000), _mark(5000)], [5000, 7000]),  # out of order
+    ([_mark(5000), (MARK_KERNEL, "(3, 1, 1)", 0)], [5000]),  # a kernel of the student's under the marker's name
+    ([], [5000]),
+])
+def test_kernels_that_cannot_be_attributed_with_certainty_are_not(kernels, marks):
+    assert split_at_marks(kernel_rows(_csv(kernels)), marks) is None
+
+
+def test_markers_are_distinct_and_drawn_afresh():
+    first, second = counterbatch.marks_for(6), counterbatch.marks_for(6)
+    assert len(set(first)) == 6 and all(1000 <= m < 61000 for m in first)
+    assert first != second
+
+
+def _request(lab: str, tmp_path: Path, metrics=("m.sum",), key=((("n", 1),), 0)) -> Request:
+    task = case_task(f"/labs/{lab}.so", {"name": "launch", "args": []}, {}, {}, str(tmp_path))
+    dirs = RunDirs(tmp_path / lab / "in", tmp_path / lab / "out")
+    return Request(lab, key, metrics, task, Isolation(Sandbox(None, reason="test")), 30.0, dirs, None)
+
+
+def _session(monkeypatch, kernels, results, returncode=0):
+    """profile_together on ncu's output ``kernels`` (markers as drawn) and the worker's ``results``."""
+    drawn = [4001, 4002, 4003]
+    monkeypatch.setattr(counterbatch, "marks_for", lambda n: drawn[:n])
+
+    def fake_profiler(task, metrics, dirs, limit, isolation, gpu):
+        assert task["marks"] == drawn[:len(task["tasks"])]
+        rows = [_mark(drawn[k]) if isinstance(k, int) else k for k in kernels]
+        return ToolRun(returncode, _csv(rows), "", {"status": "ok", "results": results}, 2.5), CounterRun()
+
+    monkeypatch.setattr(counterbatch, "run_profiler", fake_profiler)
+
+
+def test_each_lab_gets_the_kernels_between_its_marker_and_the_next(monkeypatch, tmp_path):
+    _session(monkeypatch, [0, ("tiled", "(8, 1, 1)", 100), 1, ("naive", "(8, 1, 1)", 900)],
+             [{"status": "ok", "kernels_launched": ["tiled"]}, {"status": "ok", "kernels_launched": ["naive"]}])
+    a, b = _request("corner_turning", tmp_path), _request("tiled_matmul", tmp_path)
+    runs = profile_together([a, b])
+    assert runs[("corner_turning", a.key)].values == {"m.sum": 100.0}
+    assert runs[("tiled_matmul", b.key)].values == {"m.sum": 900.0}
+    assert runs[("tiled_matmul", b.key)].kernels == ("naive",) and runs[("tiled_matmul", b.key)].session == 2
+
+
+def test_a_case_that_failed_is_that_labs_error_and_cases_left_unrun_are_profiled_alone(monkeypatch, tmp_path):
+    _session(monkeypatch, [0, ("k", "(8, 1, 1)", 1), 1],
+             [{"status": "ok", "kernels_launched": ["k"]}, {"status": "cuda_error", "error": "illegal address", "sticky": True}])
+    a, b, c = (_request(lab, tmp_path) for lab in ("a", "b", "c"))
+    runs = profile_together([a, b, c])
+    assert runs[("a", a.key)].values == {"m.sum": 1.0}
+    assert runs[("b", b.key)].error == "illegal address"
+    assert ("c", c.key) not in runs  # never ran: profiled alone
+
+
+def test_a_lab_whose_kernels_the_profiler_missed_is_caught_in_a_session_too(monkeypatch, tmp_path):
+    _session(monkeypatch, [0, ("decoy", "(1, 1, 1)", 1), 1, ("k", "(8, 1, 1)", 1)],
+             [{"status": "ok", "kernels_launched": ["decoy", "matmul"]}, {"status": "ok", "kernels_launched": ["k"]}])
+    a, b = _request("a", tmp_path), _request("b", tmp_path)
+    runs = profile_together([a, b])
+    assert "profiler saw 1" in runs[("a", a.key)].hidden and not runs[("b", b.key)].hidden
+
+
+def test_nothing_is_attributed_from_a_session_whose_markers_do_not_match(monkeypatch, tmp_path):
+    _session(monkeypatch, [0, (MARK_KERNEL, "(4002, 1, 1)", 0), ("k", "(8, 1, 1)", 1), 1],
+             [{"status": "ok", "kernels_launched": ["k"]}, {"status": "ok", "kernels_launched": []}])
+    assert profile_together([_request("a", tmp_path), _request("b", tmp_path)]) == {}
+
+
+def test_a_session_the_worker_did_not_finish_settles_nothing(monkeypatch, tmp_path):
+    _session(monkeypatch, [0, ("k", "(8, 1, 1)", 1)], [], returncode=-11)
+    assert profile_together([_request("a", tmp_path), _request("b", tmp_path)]) == {}
+
+
+def test_counters_unavailable_are_the_same_for_every_lab(monkeypatch, tmp_path):
+    why = CounterRun(skipped="GPU performance counters are restricted to administrators")
+    monkeypatch.setattr(counterbatch, "run_profiler", lambda *a: (None, why))
+    a, b = _request("a", tmp_path), _request("b", tmp_path)
+    assert profile_together([a, b]) == {("a", a.key): why, ("b", b.key): why}
+
+
+def test_the_session_runs_once_every_lab_has_sent_its_cases(monkeypatch, tmp_path):
+    seen: list[list[str]] = []
+
+    def fake(requests):
+        seen.append([r.lab for r in requests])
+        return {(r.lab, r.key): CounterRun(values={"m.sum": 1.0}, session=len(requests)) for r in requests}
+
+    monkeypatch.setattr(counterbatch, "profile_together", fake)
+    batch = ProfileBatch(["tiled_matmul", "histogram", "memory_types"])
+    got: dict[str, object] = {}
+    waiter = threading.Thread(target=lambda: got.update(runs=batch.runs("tiled_matmul")))
+    waiter.start()
+    batch.send("tiled_matmul", [_request("tiled_matmul", tmp_path)])
+    batch.send("memory_types", [])  # a lab with nothing to profile (it failed its cases, say)
+    waiter.join(0.3)
+    assert waiter.is_alive() and not seen  # histogram has not sent yet
+    batch.send("histogram", [_request("histogram", tmp_path)])
+    batch.send("histogram", [_request("histogram", tmp_path)])  # a second call does not count
+    waiter.join(5)
+    assert seen == [["histogram", "tiled_matmul"]]  # in lab order, whatever order they came in
+    assert list(got["runs"]) == [((("n", 1),), 0)]
+
+
+def test_one_lab_alone_is_profiled_as_it_would_be_outside_a_session(monkeypatch, tmp_path):
+    monkeypatch.setattr(counterbatch, "profile_together", lambda requests: pytest.fail("a session for one lab"))
+    batch = ProfileBatch(["tiled_matmul", "histogram"])
+    batch.send("histogram", [])
+    batch.send("tiled_matmul", [_request("tiled_matmul", tmp_path)])
+    assert batch.runs("tiled_matmul") == {}
+
+
+def test_a_grader_bug_in_the_session_reaches_every_lab(monkeypatch, tmp_path):
+    def broken(requests):
+        raise RuntimeError("simulated session bug")
+
+    monkeypatch.setattr(counterbatch, "profile_together", broken)
+    batch = ProfileBatch(["a", "b"])
+    batch.send("a", [_request("a", tmp_path)])
+    batch.send("b", [_request("b", tmp_path)])
+    for lab in ("a", "b"):
+        with pytest.raises(RuntimeError, match="simulated session bug"):
+            batch.runs(lab)
+
+
+def test_the_session_sees_the_inputs_of_every_lab(tmp_path):
+    """The inputs of each lab's case live in that lab's folder: the sandboxed session must see
+    them all (a tool that copies one to its log shows it does)."""
+    sandbox = sandbox_for(GradeOptions())
+    if not sandbox.active:
+        pytest.skip(f"no sandbox here: {sandbox.reason}")
+    inputs = []
+    for lab in ("a", "b"):
+        (tmp_path / lab).mkdir()
+        path = tmp_path / lab / "x.npy"
+        path.write_text(f"input of {lab}\n")
+        inputs.append(path)
+    tasks = [case_task("/none.so", {"name": "launch", "args": []}, {}, {"x": str(p)}, str(tmp_path)) for p in inputs]
+    tool = ["/bin/sh", "-c", 'cat "$1" "$2" > "$3"', "sh", str(inputs[0]), str(inputs[1]), TOOL_LOG]
+    run = run_under_tool(tool, marked_tasks(tasks, [1001, 1002]), RunDirs(tmp_path / "in", tmp_path / "out"), 30,
+                         Isolation(sandbox))
+    assert run.log.split() == ["input", "of", "a", "input", "of", "b"]
+
