@@ -9,6 +9,7 @@ submission (they become check results) and is safe to call many times in one pro
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ from . import counters, sanitizer, speed, toolchain
 from .build import lab_build
 from .cachedirs import default_cache_dir
 from .correctness import grade_case
+from .counterbatch import ProfileBatch, Request, requests_of
 from .errors import internal_error_message
 from .gpu import GpuProbe
 from .labs import load_problem
@@ -31,7 +33,7 @@ from .plan import course_only_results, fill_checks, in_plan_order, launcher_prot
 from .runner import Isolation, WorkerSession
 from .sandbox import Sandbox
 from .sass import static_checks
-from .spec import LabSpec
+from .spec import LabSpec, SanitizerCheck
 from .submission import Submission
 
 #: Seconds spent waiting for the sanitizer and counter runs before timing (not a stage of its own).
@@ -89,7 +91,10 @@ class LabGrading:
     """
 
     def __init__(self, spec: LabSpec, source: Path, options: GradeOptions = GradeOptions(),
-                 progress: Progress = no_progress, display_name: str | None = None):
+                 progress: Progress = no_progress, display_name: str | None = None,
+                 batch: ProfileBatch | None = None):
+        self.batch = batch  # the repository's shared counter session, if any
+        self._sent_to_batch = False
         self.whole = spec  # the lab as the course grades it: what the report lists
         self.spec, self.source, self.options, self.progress = runnable(spec), source, options, progress
         self.name = display_name or source.name
@@ -107,6 +112,7 @@ class LabGrading:
         self.worker: WorkerSession | None = None
         self.baselines: WorkerSession | None = None
         self.background: list[Future[list[CheckResult]]] = []
+        self._stage_start: dict[str, float] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._work: Path | None = None
         self._done = False
@@ -114,6 +120,17 @@ class LabGrading:
     # ---------------------------------------------------------------- first half
 
     def start(self) -> "LabGrading":
+        try:
+            return self._start()
+        finally:
+            if not self._sent_to_batch:
+                self._leave_batch()  # nothing of this lab's to profile in the shared session
+
+    def _leave_batch(self) -> None:
+        if self.batch is not None:
+            self.batch.send(self.spec.id, [])
+
+    def _start(self) -> "LabGrading":
         spec, options = self.spec, self.options
         probe = probe_for(options)
         archs = archs_for(options, probe)
@@ -151,13 +168,15 @@ class LabGrading:
                                     probe.gpu)
         # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
         # correctness cases (their counts do not depend on what else runs); timing waits for them.
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"{spec.id}-tools")
+        # each sanitizer run (and the counter runs) in a thread of its own: they are separate processes
+        self._pool = ThreadPoolExecutor(max_workers=len(spec.sanitizers) + 1, thread_name_prefix=f"{spec.id}-tools")
         if spec.sanitizers and not options.sanitizers:
             self.background.append(_done([CheckResult(c.id, Stage.SANITIZER, Outcome.SKIPPED, 0, c.points,
                                                       "compute-sanitizer turned off (--no-sanitizers)") for c in spec.sanitizers]))
         elif spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
-            self._background(Stage.SANITIZER, lambda: [sanitizer.grade(sub, check) for check in spec.sanitizers])
+            for check in spec.sanitizers:
+                self._background(Stage.SANITIZER, functools.partial(_sanitize, sub, check), (check.id,))
         self.worker = WorkerSession(sub.student_dirs(), isolation)
         if spec.benchmark and spec.benchmark.checks and options.timing:
             # the baselines are timed in a worker of their own, which no student code can reach;
@@ -167,6 +186,7 @@ class LabGrading:
         with self.clock.stage(Stage.CORRECTNESS.value):
             self._correctness(sub, self.worker)
         self._rejudge_static(sub)
+        self._fresh_worker_for_timing()
         return self
 
     def _describe_environment(self, probe: GpuProbe, archs: tuple[str, ...]) -> None:
@@ -209,9 +229,9 @@ class LabGrading:
             if hung:  # it would hang under each sanitizer too, whose verdicts are gated now
                 sub.moot.set()
             if not counting and spec.counters and self.options.counters and result.outcome is Outcome.PASS:
-                counting = True
+                counting = self._sent_to_batch = True  # _count sends this lab's cases
                 self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
-                self._background(Stage.COUNTERS, lambda: _count(sub))
+                self._background(Stage.COUNTERS, lambda: _count(sub, self.batch))
 
     def _note_launched(self, result: CheckResult) -> None:
         """Add the kernels a correctness case ran to what the static checks judge."""
@@ -237,22 +257,24 @@ class LabGrading:
         judged = {c.id: c for c in static_checks(self.spec, sub.library, sub.kernels, self.launched)}
         self.checks = [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in self.checks]
 
-    def _background(self, stage: Stage, batch: Callable[[], list[CheckResult]]) -> None:
-        """Run a batch of checks beside the correctness cases."""
+    def _background(self, stage: Stage, batch: Callable[[], list[CheckResult]], ids: tuple[str, ...] = ()) -> None:
+        """Run a batch of checks (of ``stage``; those named by ``ids``, or all) beside the correctness cases."""
         assert self._pool is not None
-        self.background.append(self._pool.submit(self._guarded, stage, batch))
+        self.background.append(self._pool.submit(self._guarded, stage, batch, ids))
 
-    def _guarded(self, stage: Stage, batch: Callable[[], list[CheckResult]]) -> list[CheckResult]:
-        """``batch()``, timed; a grader bug in it becomes errors on its stage's checks, with an id."""
-        t0 = time.monotonic()
+    def _guarded(self, stage: Stage, batch: Callable[[], list[CheckResult]], ids: tuple[str, ...]) -> list[CheckResult]:
+        """``batch()``; a grader bug in it becomes errors on its checks, with an id. The stage's
+        seconds run from its first batch's start to its last batch's end."""
+        started = self._stage_start.setdefault(stage.value, time.monotonic())
         try:
             return batch()
         except Exception as exc:
             message = internal_error_message(exc)
             return [CheckResult(cid, st, Outcome.ERROR, 0, pts, message) for cid, st, pts in planned_checks(self.spec)
-                    if st is stage]
+                    if st is stage and (not ids or cid in ids)]
         finally:
-            self.clock.seconds[stage.value] = round(time.monotonic() - t0, 3)
+            took = round(time.monotonic() - started, 3)
+            self.clock.seconds[stage.value] = max(took, self.clock.seconds.get(stage.value, 0.0))
 
     def wait(self) -> list[CheckResult]:
         """Block until the background runs are done; their results, in order."""
@@ -263,12 +285,17 @@ class LabGrading:
                     out += future.result()
         return out
 
-    def stop_student_code(self) -> None:
-        """End the student's worker while other labs are timed: no student code (a thread that
-        goes on launching kernels, say) runs beside another lab's timed calls. Timing starts it
-        again, beside the baselines' setup."""
-        if self.worker is not None:
-            self.worker.kill()
+    def _fresh_worker_for_timing(self) -> None:
+        """End the worker that ran the correctness cases: none of its student code (a thread that
+        goes on launching kernels, say) may run on beside another lab's timed calls. Start now,
+        without waiting, the one this lab's timing will use: only CuPy and a CUDA context start
+        in it (the timing loads the student's library), so it is ready when the timing opens."""
+        if self.worker is None:
+            return
+        self.worker.kill()
+        passed = all(c.outcome is Outcome.PASS for c in self.checks if c.stage is Stage.CORRECTNESS)
+        if self.baselines is not None and passed:
+            self.worker.spawn()
 
     # ---------------------------------------------------------------- second half
 
@@ -338,6 +365,7 @@ class LabGrading:
 
     def close(self) -> None:
         """Stop the worker and background runs and remove scratch files (idempotent)."""
+        self._leave_batch()  # a counter run cancelled before it sent its cases must not hold the others
         if self._pool is not None:
             for future in self.background:
                 future.cancel()
@@ -383,9 +411,22 @@ def _done(results: list[CheckResult]) -> Future[list[CheckResult]]:
     return future
 
 
-def _count(sub: Submission) -> list[CheckResult]:
-    """Every counter check of the lab; checks on one case share a profiler run."""
+def _sanitize(sub: Submission, check: SanitizerCheck) -> list[CheckResult]:
+    return [sanitizer.grade(sub, check)]
+
+
+def _count(sub: Submission, batch: ProfileBatch | None) -> list[CheckResult]:
+    """Every counter check of the lab; checks on one case share a profiler run, and the cases of
+    a repository's labs share one session (``batch``) where they can."""
     profiles = counters.Profiles(sub.spec.counters)
+    if batch is not None:
+        requests: list[Request] = []
+        try:
+            requests = requests_of(sub, profiles)
+        finally:
+            batch.send(sub.spec.id, requests)
+        for key, run in batch.runs(sub.spec.id).items():
+            profiles.settle("student", key, run)
     return [counters.grade(sub, check, profiles) for check in sub.spec.counters]
 
 

@@ -6,6 +6,7 @@ worker runs with plain ``cudaMalloc`` here and memcheck pads every allocation.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ class SanitizerRun:
 
 
 GLOBAL_WRITE = "Invalid __global__ write"
+#: Sanitizer runs at once in this process (a lab's run side by side): each is a CPU-heavy process
+#: with a CUDA context of its own.
+RUNS_AT_ONCE = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
 _PREFIX = re.compile(r"^========= ?")
@@ -131,8 +135,9 @@ def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
     if sub.moot.is_set():  # a correctness case hung: the verdict would be gated anyway
         return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE)
     dirs = sub.tool_dirs(f"sanitizer-{check.id}")
-    result = run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name, sub.isolation,
-                 sub.moot)
+    with RUNS_AT_ONCE:
+        result = run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name,
+                     sub.isolation, sub.moot)
     if sub.moot.is_set():  # ... and this run was stopped for it
         return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE, duration_s=result.seconds)
     case = params_label(check.params)
