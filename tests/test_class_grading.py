@@ -192,6 +192,76 @@ def test_a_student_graded_in_the_class_gets_what_grading_the_repository_alone_gi
                [(r["lab"], [(c["id"], c["outcome"], c["points"]) for c in r["checks"]]) for r in in_class]
 
 
+def _verdicts(reports) -> list[tuple[str, list[tuple[str, str, float, str]]]]:
+    return [(r.lab, [(c.id, c.outcome.value, c.points, c.message) for c in r.checks]) for r in reports]
+
+
+def test_repositories_graded_together_get_what_each_gets_alone(klass):
+    """grade_repos starts every lab of several students at once (a class lane's --per-gpu); each
+    student's reports are those of grading the repository alone, their own files named."""
+    from grader.labs import find_lab as lab
+    from grader.options import GradeOptions
+    from grader.repo import grade_repo, grade_repos
+
+    options = GradeOptions(gpu=False)
+    students = ("alice", "bob", "dave")
+    heard: dict[str, list[str]] = {sid: [] for sid in students}
+    together = grade_repos([(klass / "repos" / sid, [lab(x) for x in LABS], heard[sid].append) for sid in students], options)
+    for sid, reports in zip(students, together):
+        assert _verdicts(reports) == _verdicts(grade_repo(klass / "repos" / sid, options, labs=list(LABS))), sid
+    assert any("not found" in m for m in heard["dave"]) and not any("not found" in m for m in heard["alice"])
+
+
+def test_a_class_lane_grades_its_students_in_groups_and_keeps_the_roster_order(klass, tmp_path, monkeypatch):
+    from grader.classroom import roster, scheduler
+    from grader.classroom.lanes import ThreadLane
+    from grader.classroom.progress import Display
+    from grader.classroom.run import ClassOptions, grade_class
+    from grader.options import GradeOptions
+
+    taken: list[list[str]] = []
+
+    class Together(ThreadLane):
+        together = 4
+
+        def run(self, jobs):
+            taken.append([j.student.id for j in jobs])
+            return super().run(jobs)
+
+    monkeypatch.setattr(scheduler, "ThreadLane", Together)
+    run = grade_class(roster.load(klass / "roster.csv"), GradeOptions(gpu=False),
+                      ClassOptions(tmp_path / "out", LABS, jobs=1), Display(quiet=True))
+    assert taken == [ROSTER_ORDER[:4], ROSTER_ORDER[4:]]
+    assert [r.student for r in run.graded] == ROSTER_ORDER
+
+
+def test_students_graded_together_are_each_graded_alone_when_the_group_fails(klass, monkeypatch, tmp_path):
+    """A grader bug in grading a group together must not land on every student of it."""
+    from grader.classroom import plan, student
+    from grader.labs import find_lab as lab
+    from grader.options import GradeOptions
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in grading students together")
+
+    monkeypatch.setattr(student, "grade_repos", broken)
+    options = GradeOptions(gpu=False)
+    out = tmp_path / "out"
+    jobs = [plan.plan_student(s, [lab(x) for x in LABS], options, out, tmp_path, "no GPU")
+            for s in roster_of(klass) if s.id in ("alice", "bob")]
+    results = student.grade_students(jobs, options, lambda job: lambda message: None)
+    alone = [student.grade_student(job, options) for job in jobs]
+    assert [(r.student, r.score, r.max_score, r.problems) for r in results] == \
+           [(r.student, r.score, r.max_score, r.problems) for r in alone]
+    assert not any("internal grader error" in p for r in results for p in r.problems)
+
+
+def roster_of(klass: Path):
+    from grader.classroom import roster
+
+    return roster.load(klass / "roster.csv")
+
+
 def test_summary_counts_checks_and_lists_the_students_with_errors(single, tmp_path, monkeypatch):
     summary = (single / "summary.md").read_text()
     assert summary.startswith("# Class summary: 6 students, 2 labs")
