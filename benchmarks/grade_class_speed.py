@@ -152,7 +152,6 @@ def main() -> int:
     p.add_argument("--warm", action="store_true", help="keep the build cache of GRADER_CACHE_DIR instead of an empty one")
     p.add_argument("--keep", type=Path, help="build the class and its results here (default: a temporary folder, removed)")
     p.add_argument("-j", "--jobs", type=int, help="CPU pool size (default: the CPU count)")
-    p.add_argument("--per-gpu", type=int, default=ClassOptions.per_gpu, help="students graded at once on each GPU")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per student")
     args = p.parse_args()
     count = args.students or (20 if args.no_gpu else 40)
@@ -176,7 +175,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
     try:
         with BusySampler([s.index for s in slots]) as sampler:
-            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs, per_gpu=args.per_gpu), Display(quiet=args.quiet))
+            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs), Display(quiet=args.quiet))
     except KeyboardInterrupt:
         wall = time.monotonic() - started
         done = len(list((out / plan.STUDENTS_DIR).glob("*/report.json")))

@@ -7,7 +7,6 @@ need none. A lane whose process dies records that student's failure and starts a
 from __future__ import annotations
 
 import dataclasses
-import functools
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -18,7 +17,7 @@ from ..options import GradeOptions
 from . import gpulock, health
 from .gpus import GpuSlot
 from .plan import StudentJob
-from .student import StudentResult, grade_student, grade_students
+from .student import StudentResult, grade_student
 
 #: Where lane processes send progress: (lane, student, message).
 Events = Callable[[str, str, str], None]
@@ -26,9 +25,8 @@ Events = Callable[[str, str, str], None]
 
 class Lane:
     name = "cpu"
-    together = 1  # students graded at once
 
-    def run(self, jobs: list[StudentJob]) -> list[StudentResult]:
+    def run(self, job: StudentJob) -> StudentResult:
         raise NotImplementedError
 
     def close(self, wait: bool = True) -> None:
@@ -41,9 +39,9 @@ class ThreadLane(Lane):
     def __init__(self, name: str, options: GradeOptions, events: Events, visibility: str) -> None:
         self.name, self.options, self.events, self.visibility = name, options, events, visibility
 
-    def run(self, jobs: list[StudentJob]) -> list[StudentResult]:
-        return [grade_student(job, self.options, functools.partial(self.events, self.name, job.student.id), None,
-                              self.visibility, self.name) for job in jobs]
+    def run(self, job: StudentJob) -> StudentResult:
+        sid = job.student.id
+        return grade_student(job, self.options, lambda m: self.events(self.name, sid, m), None, self.visibility, self.name)
 
 
 # ------------------------------------------------------------------ in the lane's own process
@@ -58,27 +56,27 @@ def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float) -> None:
     _LANE.update(slot=slot, queue=queue, folder=folder, gate=health.lane_gate(slot.index, health_wait_s))
 
 
-def _lane_grade(jobs: list[StudentJob], options: GradeOptions, visibility: str) -> list[StudentResult]:
+def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> StudentResult:
     slot: GpuSlot = _LANE["slot"]
     queue = _LANE["queue"]
+    sid = job.student.id
 
-    def progress(job: StudentJob) -> Callable[[str], None]:
-        return lambda message: queue.put((slot.lane, job.student.id, message))
+    def progress(message: str) -> None:
+        queue.put((slot.lane, sid, message))
 
     with gpulock.gpu_lock(_LANE["folder"]) as waited:
         if waited > 1:
-            progress(jobs[0])(f"waited {waited:.0f} s for another grader on this GPU")
-        return grade_students(jobs, options, progress, _LANE["gate"], visibility, slot.lane)
+            progress(f"waited {waited:.0f} s for another grader on this GPU")
+        return grade_student(job, options, progress, _LANE["gate"], visibility, slot.lane)
 
 
 # ------------------------------------------------------------------ seen from the scheduler
 
 
 class GpuLane(Lane):
-    def __init__(self, slot: GpuSlot, options: GradeOptions, queue: Any, visibility: str, health_wait_s: float,
-                 together: int = 1) -> None:
+    def __init__(self, slot: GpuSlot, options: GradeOptions, queue: Any, visibility: str, health_wait_s: float) -> None:
         self.slot, self.options, self.queue, self.visibility = slot, options, queue, visibility
-        self.health_wait_s, self.together = health_wait_s, max(1, together)
+        self.health_wait_s = health_wait_s
         self.name = slot.lane
         self.pool = self._start()
 
@@ -86,19 +84,16 @@ class GpuLane(Lane):
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_lane_setup, initargs=(self.slot, self.queue, self.health_wait_s))
 
-    def run(self, jobs: list[StudentJob]) -> list[StudentResult]:
+    def run(self, job: StudentJob) -> StudentResult:
         try:
-            return self.pool.submit(_lane_grade, jobs, self.options, self.visibility).result()
+            return self.pool.submit(_lane_grade, job, self.options, self.visibility).result()
         except BrokenProcessPool:
             why = "the grading process died (killed, or out of memory) while grading this student"
         except Exception as exc:  # the lane could not run the job at all (it could not be sent, say)
             why = f"the lane on {self.name} failed: {type(exc).__name__}: {exc}"
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.pool = self._start()
-        if len(jobs) > 1:  # whose grading took the process down: each again, alone
-            return [result for job in jobs for result in self.run([job])]
-        return [grade_student(dataclasses.replace(jobs[0], failure=why), self.options, visibility=self.visibility,
-                              lane=self.name)]
+        return grade_student(dataclasses.replace(job, failure=why), self.options, visibility=self.visibility, lane=self.name)
 
     def close(self, wait: bool = True) -> None:
         """Stop the lane's process: after its student (``wait``), or at once (the run was interrupted)."""

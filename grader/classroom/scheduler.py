@@ -26,10 +26,8 @@ def cpu_jobs(requested: int | None) -> int:
 
 class Scheduler:
     def __init__(self, options: GradeOptions, slots: list[GpuSlot], archs: list[tuple[str, ...]], display: Display,
-                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0,
-                 together: int = 1) -> None:
+                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0) -> None:
         self.options, self.slots, self.display = options, slots, display
-        self.together = together  # students graded at once on each GPU
         self.jobs = cpu_jobs(jobs)
         self.builder = Builder(options, archs, baselines=bool(slots) and options.gpu)
         self.visibility, self.health_wait_s = visibility, health_wait_s
@@ -42,8 +40,7 @@ class Scheduler:
             # an event (a student's code took it down) cannot leave a lock taken for the next one
             self._manager = multiprocessing.get_context("spawn").Manager()
             self._events = self._manager.Queue()
-            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, self.together)
-                    for slot in self.slots]
+            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s) for slot in self.slots]
         return [ThreadLane(f"cpu{k}", self.options, self.display.lane, self.visibility) for k in range(self.jobs)]
 
     def _forward_events(self, stop: threading.Event) -> None:
@@ -73,25 +70,23 @@ class Scheduler:
         def lane_loop(lane: Lane) -> None:
             while not stop.is_set():
                 with take:
-                    taken = [i for i in (next(order, None) for _ in range(lane.together)) if i is not None]
-                if not taken:
+                    i = next(order, None)
+                if i is None:
                     return
-                for i in taken:
-                    try:
-                        built[i].result()
-                    except Exception:
-                        pass  # grading meets the same problem and reports it
-                    self.display.lane(lane.name, jobs[i].student.id, "starting")
+                job = jobs[i]
                 try:
-                    done = lane.run([jobs[i] for i in taken])
+                    built[i].result()
+                except Exception:
+                    pass  # grading meets the same problem and reports it
+                self.display.lane(lane.name, job.student.id, "starting")
+                try:
+                    results[i] = lane.run(job)
                 except BaseException as exc:  # the lane itself broke: stop the class, keep what is done
                     failures.append(exc)
                     stop.set()
                     return
                 self.display.lane(lane.name, "", "idle")
-                for i, result in zip(taken, done):
-                    results[i] = result
-                    self.display.finished(result)
+                self.display.finished(results[i])  # type: ignore[arg-type]
 
         # the forwarder drains the lanes' events until every lane process has exited: a process
         # whose queue still holds events cannot exit before someone reads them

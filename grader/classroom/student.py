@@ -10,17 +10,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
 
 from ..errors import GraderError, internal_error_message
 from ..identity import completed
 from ..labs import find_lab
 from ..options import GradeOptions, Progress, no_progress
 from ..outcome import LabReport, Outcome
-from ..repo import TimingGate, failed_report, grade_repo, grade_repos, repo_labs, submission_rel
+from ..repo import TimingGate, failed_report, grade_repo, submission_rel
 from ..report import files as report_files
-from ..spec import LabSpec
 from . import gradescope, plan
 from .plan import StudentJob
 from .records import record_from
@@ -51,47 +48,11 @@ def _reports(job: StudentJob, options: GradeOptions, progress: Progress, gate: T
     return [failed_report(s, submission_rel(s.id), message) for s in specs]
 
 
-def _reports_together(jobs: list[StudentJob], options: GradeOptions, progress: Callable[[StudentJob], Progress],
-                      gate: TimingGate | None) -> list[list[LabReport]]:
-    """Every student's reports, the repositories graded together (``repo.grade_repos``); where
-    that fails as a whole (a grader bug), each student is graded alone, so that it stays theirs."""
-    ready: list[tuple[int, Path, list[LabSpec]]] = []
-    for k, job in enumerate(jobs):
-        if not job.failure and job.root is not None:
-            try:
-                ready.append((k, job.root, repo_labs(job.root, list(job.labs))))
-            except GraderError:
-                pass  # graded alone below: the same message as ever
-    out: dict[int, list[LabReport]] = {}
-    if len(ready) > 1:
-        try:
-            graded = grade_repos([(root, specs, progress(jobs[k])) for k, root, specs in ready], options, gate)
-            out = {k: reports for (k, _, _), reports in zip(ready, graded)}
-        except Exception as exc:
-            internal_error_message(exc)  # logged with its traceback; each student is then graded alone
-            out = {}
-    return [out[k] if k in out else _reports(job, options, progress(job), gate) for k, job in enumerate(jobs)]
-
-
 def grade_student(job: StudentJob, options: GradeOptions, progress: Progress = no_progress,
                   gate: TimingGate | None = None, visibility: str = "visible", lane: str = "") -> StudentResult:
     """Grade ``job`` and publish the student's results folder (never raises for the student's work)."""
-    return grade_students([job], options, lambda _: progress, gate, visibility, lane)[0]
-
-
-def grade_students(jobs: list[StudentJob], options: GradeOptions, progress: Callable[[StudentJob], Progress],
-                   gate: TimingGate | None = None, visibility: str = "visible", lane: str = "") -> list[StudentResult]:
-    """Grade ``jobs`` together (their untimed stages overlap, each lab is timed alone) and publish
-    each student's results folder (never raises for the students' work)."""
     started = time.monotonic()
-    reports_of = _reports_together(jobs, options, progress, gate) if len(jobs) > 1 else \
-        [_reports(jobs[0], options, progress(jobs[0]), gate)]
-    seconds = round((time.monotonic() - started) / max(1, len(jobs)), 2)  # each student's share of the batch
-    return [_publish(job, reports, options, visibility, lane, seconds) for job, reports in zip(jobs, reports_of)]
-
-
-def _publish(job: StudentJob, reports: list[LabReport], options: GradeOptions, visibility: str, lane: str,
-             seconds: float) -> StudentResult:
+    reports = _reports(job, options, progress, gate)
     identity = completed(job.identity, reports, options).as_dict()
     partial = plan.partial_folder(job.folder)
     report_files.write_folder(reports, identity, partial)
@@ -102,5 +63,5 @@ def _publish(job: StudentJob, reports: list[LabReport], options: GradeOptions, v
                                     "checks": [{"id": c.id, "outcome": c.outcome.value, "points": c.points,
                                                 "max_points": c.max_points, "message": c.message} for c in r.checks]}
                                    for r in reports]}, job.student.id)
-    return StudentResult(job.student.id, record.total, round(sum(r.max_score for r in reports), 2), seconds,
-                         record.problems, lane)
+    return StudentResult(job.student.id, record.total, round(sum(r.max_score for r in reports), 2),
+                         round(time.monotonic() - started, 2), record.problems, lane)
