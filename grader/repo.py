@@ -117,23 +117,6 @@ def grade_many(
     return reports
 
 
-def grade_repos(
-    repos: list[tuple[Path, list[LabSpec], Progress]],
-    options: GradeOptions = GradeOptions(),
-    before_timing: TimingGate | None = None,
-) -> list[list[LabReport]]:
-    """Grade several students' repositories (each with its labs and its progress) together: every
-    lab of every repository is started at once, so their correctness cases, sanitizer and counter
-    runs overlap (each student's counter cases in a profiler session of their own, never beside
-    another student's code in one process), then each lab is timed alone. Reports per repository.
-    """
-    items = [_Item(spec, submission_path(repo, spec.id), submission_rel(spec.id), repo, progress, k)
-             for k, (repo, specs, progress) in enumerate(repos) for spec in specs]
-    reports = iter(_grade_together(items, _refused(items, options, repos[0][2] if repos else no_progress), options,
-                                   before_timing))
-    return [[next(reports) for _ in specs] for _, specs, _ in repos]
-
-
 def _refused(items: list[_Item], options: GradeOptions, progress: Progress) -> list[str]:
     """Why each item cannot be graded ("" if it can); the others are compiled ahead, in parallel."""
     refused = [_unsafe(item.path, item.root, item.display) for item in items]
@@ -229,4 +212,6 @@ def grade_repo(
     before_timing: TimingGate | None = None,
 ) -> list[LabReport]:
     """Grade ``labs/<lab>/student.cu`` of every lab (or those named) in ``repo``: one report each."""
-    return grade_repos([(repo, repo_labs(repo, labs), progress)], options, before_timing)[0]
+    items = [_Item(spec, submission_path(repo, spec.id), submission_rel(spec.id), repo, progress, 0)
+             for spec in repo_labs(repo, labs)]
+    return _grade_together(items, _refused(items, options, progress), options, before_timing)
