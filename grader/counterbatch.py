@@ -127,6 +127,11 @@ class ProfileBatch:
         if not self._open:
             self._done.set()
 
+    def waiting_for(self) -> set[str]:
+        """The labs that have not sent their cases yet."""
+        with self._lock:
+            return set(self._open)
+
     def send(self, lab: str, requests: list[Request]) -> None:
         """``lab``'s requests (only its first call counts)."""
         with self._lock:

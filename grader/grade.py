@@ -132,6 +132,8 @@ class LabGrading:
 
     def _start(self) -> "LabGrading":
         spec, options = self.spec, self.options
+        if not (spec.counters and options.counters):
+            self._leave_batch()  # nothing of this lab's to profile: the shared session need not wait for its cases
         probe = probe_for(options)
         archs = archs_for(options, probe)
         self._describe_environment(probe, archs)

@@ -190,3 +190,27 @@ def test_the_session_sees_the_inputs_of_every_lab(tmp_path):
                          Isolation(sandbox))
     assert run.log.split() == ["input", "of", "a", "input", "of", "b"]
 
+
+
+def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monkeypatch):
+    """The session starts once every lab has sent its cases: a lab with nothing to profile must
+    not keep it waiting through its own correctness cases."""
+    from grader import grade
+    from grader.labs import find_lab
+
+    batch = ProfileBatch(["memory_types", "tiled_matmul"])
+    seen: list[set[str]] = []
+    real = grade.lab_build
+
+    def spy(*args, **kwargs):
+        seen.append(batch.waiting_for())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(grade, "lab_build", spy)
+    spec = find_lab("memory_types")
+    assert not spec.counters
+    grade.LabGrading(spec, spec.files.reference, GradeOptions(gpu=False), batch=batch).start().close()
+    assert seen == [{"tiled_matmul"}]
+    counted = find_lab("tiled_matmul")
+    grade.LabGrading(counted, counted.files.reference, GradeOptions(gpu=False), batch=batch).start().close()
+    assert batch.waiting_for() == set()  # without a GPU it never counts: it leaves when its start ends
