@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from .correctness import tool_task
-from .counters import CaseKey, CounterRun, KernelRow, Profiles, judged, kernel_rows, run_profiler
+from .counters import CaseKey, CounterRun, KernelRow, Profiles, failed_run, judged, kernel_rows, run_profiler
 from .gpu import GpuInfo
 from .runner import Isolation, RunDirs
 from .submission import Submission
-from .textutil import cap_lines
 from .worker.protocol import MARK_KERNEL, Task, marked_tasks
 
 
@@ -105,8 +104,7 @@ def profile_together(requests: list[Request]) -> dict[tuple[str, CaseKey], Count
         if not isinstance(result, dict):
             continue
         if result.get("status") != "ok":
-            settled = CounterRun(error=str(result.get("error", "failed")),
-                                 log=cap_lines(f"{run.log}\n{run.console}".strip(), 30), seconds=run.seconds)
+            settled = failed_run(str(result.get("error", "failed")), run)
         else:
             settled = judged(request.metrics, rows, result, run.log, run.seconds)
         out[(request.lab, request.key)] = dataclasses.replace(settled, session=len(requests))

@@ -191,7 +191,7 @@ def profile(
         return early
     failure = run.failure("the profiled process ended early")
     if failure:
-        return CounterRun(error=failure, log=cap_lines(f"{run.log}\n{run.console}".strip(), 30), seconds=run.seconds)
+        return failed_run(failure, run)
     counted = judged(metrics, kernel_rows(run.log), run.result or {}, run.log, run.seconds)
     if counted.values and cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -225,6 +225,11 @@ def run_profiler(task: Task, metrics: tuple[str, ...], dirs: RunDirs, time_limit
     if problem:
         return None, CounterRun(skipped=problem, log=cap_lines(run.log, 20), seconds=run.seconds)
     return run, CounterRun()
+
+
+def failed_run(why: str, run: ToolRun) -> CounterRun:
+    """A profiled case that failed, with the profiler's and the program's output."""
+    return CounterRun(error=why, log=cap_lines(f"{run.log}\n{run.console}".strip(), 30), seconds=run.seconds)
 
 
 def judged(metrics: tuple[str, ...], rows: list[KernelRow], result: Mapping[str, object], text: str,

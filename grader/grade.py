@@ -295,9 +295,12 @@ class LabGrading:
         if self.worker is None:
             return
         self.worker.kill()
-        passed = all(c.outcome is Outcome.PASS for c in self.checks if c.stage is Stage.CORRECTNESS)
-        if self.baselines is not None and passed:
+        if self.baselines is not None and self._correct():
             self.worker.spawn()
+
+    def _correct(self) -> bool:
+        """Whether every correctness case passed (what the later stages are gated on)."""
+        return all(c.outcome is Outcome.PASS for c in self.checks if c.stage is Stage.CORRECTNESS)
 
     # ---------------------------------------------------------------- second half
 
@@ -314,7 +317,7 @@ class LabGrading:
     def _finish(self) -> None:
         spec, options = self.spec, self.options
         tool_checks = self.wait()
-        passed = all(c.outcome is Outcome.PASS for c in self.checks if c.stage is Stage.CORRECTNESS)
+        passed = self._correct()
         sanitizer_checks = [c for c in tool_checks if c.stage is Stage.SANITIZER]
         counter_checks = [c for c in tool_checks if c.stage is Stage.COUNTERS]
         if not passed:  # what an empty or broken kernel trivially passes earns nothing

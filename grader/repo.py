@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -78,19 +77,6 @@ def failed_report(spec: LabSpec, display: str, message: str, rest: str = "not gr
     return LabReport(spec.id, spec.title, display, tuple(in_plan_order(spec, [*checks, *course_only_results(spec)])))
 
 
-@dataclass(frozen=True)
-class _Item:
-    """One submission to grade: ``root`` the repository it must lie in (None: anywhere), and the
-    labs of one ``group`` (a student's repository) share a profiler session (None: none)."""
-
-    spec: LabSpec
-    path: Path
-    display: str
-    root: Path | None
-    progress: Progress
-    group: int | None
-
-
 def grade_many(
     items: list[tuple[LabSpec, Path, str]],
     options: GradeOptions = GradeOptions(),
@@ -107,80 +93,60 @@ def grade_many(
     reached through a link is refused, and the counter cases share one profiler session.
     ``before_timing`` is asked before each lab that is timed.
     """
-    group = 0 if root is not None else None
-    all_items = [_Item(spec, path, display, root, progress, group) for spec, path, display in items]
-    refused = _refused(all_items, options, progress)
-    reports: list[LabReport] = []
-    for first in range(0, len(items), window):
-        reports += _grade_together(all_items[first:first + window], refused[first:first + window], options,
-                                   before_timing)
-    return reports
-
-
-def _refused(items: list[_Item], options: GradeOptions, progress: Progress) -> list[str]:
-    """Why each item cannot be graded ("" if it can); the others are compiled ahead, in parallel."""
-    refused = [_unsafe(item.path, item.root, item.display) for item in items]
+    reports: list[LabReport | None] = [None] * len(items)
+    refused = [_unsafe(path, root, display) for _, path, display in items]
     if len(items) > 1:
         progress(f"compiling {len(items)} submissions and their baselines")
-        prebuild([(item.spec, item.path, item.display) for item, why in zip(items, refused) if not why], options)
-    return refused
+        prebuild([item for item, why in zip(items, refused) if not why], options)
 
-
-def _grade_together(items: list[_Item], refused: list[str], options: GradeOptions,
-                    before_timing: TimingGate | None) -> list[LabReport]:
-    """Start every item at once, await their background runs, then time each in turn."""
-    reports: list[LabReport | None] = [None] * len(items)
-    todo = []
-    for i, (item, why) in enumerate(zip(items, refused)):
-        if why:
-            item.progress(f"[{item.spec.id}] {item.display} {why}: the lab scores 0")
-            reports[i] = _missing(item.spec, item.path, item.display, "" if why == "not found" else why)
-        else:
-            todo.append(i)
-    labs: dict[int, list[str]] = {}
-    for i in todo:
-        group = items[i].group
-        if group is not None:
-            labs.setdefault(group, []).append(items[i].spec.id)
-    batches = {group: ProfileBatch(names) for group, names in labs.items()}
-
-    def begin(i: int) -> LabGrading | LabReport:
-        item = items[i]
-        batch = batches.get(item.group) if item.group is not None else None
+    def begin(i: int, batch: ProfileBatch | None) -> LabGrading | LabReport:
+        spec, path, display = items[i]
         grading = None
         try:
-            grading = LabGrading(item.spec, item.path, options, item.progress, display_name=item.display, batch=batch)
+            grading = LabGrading(spec, path, options, progress, display_name=display, batch=batch)
             return grading.start()
         except Exception as exc:  # one submission's failure must not take down the others
             if grading is not None:
                 grading.close()
             if batch is not None:
-                batch.send(item.spec.id, [])
-            return _crashed(item.spec, item.display, exc)
+                batch.send(spec.id, [])
+            return _crashed(spec, display, exc)
 
-    # every item starts at once: their correctness cases, sanitizer and counter runs overlap one
-    # another (none of them is timed), and the timing below waits for all of them
-    started: list[tuple[int, LabGrading]] = []
-    with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
-        for i, begun in zip(todo, pool.map(begin, todo)):
-            if isinstance(begun, LabReport):
-                reports[i] = begun
+    for first in range(0, len(items), window):
+        todo = []
+        for i in range(first, min(first + window, len(items))):
+            spec, path, display = items[i]
+            why = refused[i]
+            if why:
+                progress(f"[{spec.id}] {display} {why}: the lab scores 0")
+                reports[i] = _missing(spec, path, display, "" if why == "not found" else why)
             else:
-                started.append((i, begun))
-    for _, grading in started:
-        try:
-            grading.wait()
-        except Exception:
-            pass  # finish() reports it
-    for i, grading in started:
-        try:
-            note = ""
-            if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
-                note = before_timing(grading.spec)
-            reports[i] = timed_on_disturbed_gpu(grading.finish(), note) if note else grading.finish()
-        except Exception as exc:
-            grading.close()
-            reports[i] = _crashed(grading.whole, grading.name, exc)
+                todo.append(i)
+        # the window's labs start together: their correctness cases, sanitizer and counter runs
+        # overlap one another (none of them is timed), and the timing below waits for all of them
+        # a student's labs share one profiler session for their counter cases (never two students')
+        batch = ProfileBatch(items[i][0].id for i in todo) if root is not None else None
+        started: list[tuple[int, LabGrading]] = []
+        with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
+            for i, begun in zip(todo, pool.map(begin, todo, [batch] * len(todo))):
+                if isinstance(begun, LabReport):
+                    reports[i] = begun
+                else:
+                    started.append((i, begun))
+        for _, grading in started:
+            try:
+                grading.wait()
+            except Exception:
+                pass  # finish() reports it
+        for i, grading in started:
+            try:
+                note = ""
+                if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
+                    note = before_timing(grading.spec)
+                reports[i] = timed_on_disturbed_gpu(grading.finish(), note) if note else grading.finish()
+            except Exception as exc:
+                grading.close()
+                reports[i] = _crashed(grading.whole, grading.name, exc)
     return [r for r in reports if r is not None]
 
 
@@ -212,6 +178,6 @@ def grade_repo(
     before_timing: TimingGate | None = None,
 ) -> list[LabReport]:
     """Grade ``labs/<lab>/student.cu`` of every lab (or those named) in ``repo``: one report each."""
-    items = [_Item(spec, submission_path(repo, spec.id), submission_rel(spec.id), repo, progress, 0)
-             for spec in repo_labs(repo, labs)]
-    return _grade_together(items, _refused(items, options, progress), options, before_timing)
+    specs = repo_labs(repo, labs)
+    items = [(spec, submission_path(repo, spec.id), submission_rel(spec.id)) for spec in specs]
+    return grade_many(items, options, progress, window=len(items) or 1, root=repo, before_timing=before_timing)
