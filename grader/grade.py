@@ -288,15 +288,13 @@ class LabGrading:
         return out
 
     def _fresh_worker_for_timing(self) -> None:
-        """End the worker that ran the correctness cases: none of its student code (a thread that
-        goes on launching kernels, say) may run on beside another lab's timed calls. Start now,
-        without waiting, the one this lab's timing will use: only CuPy and a CUDA context start
-        in it (the timing loads the student's library), so it is ready when the timing opens."""
-        if self.worker is None:
-            return
-        self.worker.kill()
-        if self.baselines is not None and self._correct():
-            self.worker.spawn()
+        """End the worker that ran the correctness cases (none of its student code may run on beside
+        another lab's timed calls) and start the timing's now: until the timing loads the student's
+        library it holds only CuPy and a CUDA context, and it is ready when the timing opens."""
+        if self.worker is not None:
+            self.worker.kill()
+            if self.baselines is not None and self._correct():
+                self.worker.spawn()
 
     def _correct(self) -> bool:
         """Whether every correctness case passed (what the later stages are gated on)."""
