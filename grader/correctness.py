@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import casecache
 from .build import demangle
 from .compare import compare
 from .options import secret_seed
@@ -31,10 +32,10 @@ def launcher_spec(spec: LabSpec) -> LauncherSpec:
 
 
 def write_inputs(spec: LabSpec, problem: ModuleType, params: Mapping[str, Any], seed: int,
-                 folder: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+                 folder: Path, cache_dir: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Generate a case's inputs into ``folder`` (one only the grader writes): (arrays, .npy paths)."""
     folder.mkdir(parents=True, exist_ok=True)
-    inputs = problem.generate(dict(params), seed, np)
+    inputs = casecache.generated(spec, problem, params, seed, cache_dir)
     paths = {}
     for arg in spec.launcher.args:
         if arg.role == "input":
@@ -90,8 +91,8 @@ def grade_case(sub: Submission, worker: WorkerSession, case: Case, folder: str) 
     spec = sub.spec
     cid = f"correctness[{case.label}]"
     seed = secret_seed(sub.secret, spec.id, cid, case.seed)
-    inputs, paths = write_inputs(spec, sub.problem, case.params, seed, worker.dirs.inbox / folder)
-    expected = sub.problem.expected(inputs, dict(case.params))
+    inputs, paths = write_inputs(spec, sub.problem, case.params, seed, worker.dirs.inbox / folder, sub.cache_dir)
+    expected = casecache.expected(spec, sub.problem, inputs, case.params, sub.cache_dir)
     max_err, seconds, wrong_runs = 0.0, 0.0, 0
     first_wrong: tuple[list[str], list[str]] | None = None
     answers: set[str] = set()  # a digest of each run's outputs: do the runs agree?
@@ -144,6 +145,6 @@ def grade_case(sub: Submission, worker: WorkerSession, case: Case, folder: str) 
 def tool_task(sub: Submission, check: SanitizerCheck | CounterCheck, dirs: RunDirs, library: Path | None = None) -> Task:
     """The one-launch case task a sanitizer or profiler runs (of ``library``, by default the
     student's), its inputs written to the inbox."""
-    _, paths = write_inputs(sub.spec, sub.problem, check.params, check.seed, dirs.inbox)
+    _, paths = write_inputs(sub.spec, sub.problem, check.params, check.seed, dirs.inbox, sub.cache_dir)
     return case_task(str(library or sub.library), launcher_spec(sub.spec), dict(check.params), paths, str(dirs.outbox),
                      memcpy_only=True)
