@@ -28,7 +28,7 @@ from typing import Any
 
 from .errors import GraderError
 from .paths import PACKAGE_PARENT
-from .procgroup import drain, kill_group, run_capped, start_lasting
+from .procgroup import Stop, drain, kill_group, run_capped, start_lasting
 from .safeio import read_beneath, write_private
 from .sandbox import Sandbox, confined_env, worker_runtime
 from .textutil import CappedOutput, clean
@@ -395,11 +395,22 @@ class ToolRun:
         return ""
 
 
+def kill_together(*sessions: WorkerSession) -> None:
+    """``kill()`` the sessions' workers at once: each exit (a CUDA context's release) takes a while."""
+    threads = [threading.Thread(target=session.kill, name="kill-worker") for session in sessions[1:]]
+    for thread in threads:
+        thread.start()
+    sessions[0].kill()
+    for thread in threads:
+        thread.join()
+
+
 def run_under_tool(
     tool_cmd: list[str], task: Task, dirs: RunDirs, time_limit_s: float, isolation: Isolation,
-    extra_env: dict[str, str] | None = None, stop: threading.Event | None = None,
+    extra_env: dict[str, str] | None = None, stop: Stop | None = None,
 ) -> ToolRun:
-    """``tool_cmd`` followed by a one-shot worker, in its own process group, killed at the limit.
+    """``tool_cmd`` followed by a one-shot worker, in its own process group, killed at the limit
+    (or once ``stop`` is set).
 
     ``TOOL_LOG`` in ``tool_cmd`` becomes the path of a pipe that only the grader reads.
     """

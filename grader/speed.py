@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from . import casecache
 from .compare import compare
 from .correctness import failure_from_task, output_limit
 from .outcome import CheckResult, Outcome, Stage, partial_credit
-from .runner import WorkerSession
+from .runner import WorkerSession, kill_together
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission
@@ -35,8 +36,8 @@ def grade(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSessio
             raise RuntimeError(f"the {failed.who} kernel could not be timed: {failed.result.reason}") from None
         failure = failure_from_task(failed.result, "timing", Stage.SPEED, 0)
         return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details), {}
-    finally:
-        baselines_worker.kill()  # frees its GPU memory before anything else is timed
+    finally:  # both free their GPU memory before anything else is timed (the student's has done its part)
+        kill_together(baselines_worker, worker)
     started = time.monotonic()
     checks, timings = score(sub, worker, m)
     timings["_phases"] = {**m.phase_s, "check": round(time.monotonic() - started, 3)}
@@ -80,7 +81,7 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
     # the output of the last timed call must be right: result caching or skipped work cannot pay
     outbox = worker.dirs.outbox / CLOSING_FOLDER
     inputs = {k: load_npy(outbox, str(v), TIMED_ARRAY_LIMIT) for k, v in data["check_inputs"].items()}
-    want = sub.problem.expected(inputs, dict(bench.params))
+    want = casecache.expected(spec, sub.problem, inputs, bench.params, sub.cache_dir)
     wrong = []
     for name, exp in want.items():
         got = load_npy(outbox, str(data["check_outputs"][name]), output_limit(exp))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from types import SimpleNamespace
 
@@ -106,3 +107,20 @@ def test_a_worker_that_fails_to_open_its_timing_is_named(tmp_path, monkeypatch, 
         timing.measure(sub, workers["student"], workers["baselines"])
     assert (raised.value.who == "student") == (failing == "student")
     assert raised.value.result.reason == "the worker died"
+
+
+def test_the_workers_of_a_timed_lab_are_killed_at_once():
+    """Each exit releases a CUDA context, which takes a while: the next lab's timing waits for both."""
+    from grader.runner import kill_together
+
+    met = threading.Barrier(2, timeout=5)  # broken unless both kills are under way together
+    killed = []
+
+    class Session:
+        def kill(self):
+            met.wait()
+            killed.append(self)
+
+    sessions = (Session(), Session())
+    kill_together(*sessions)
+    assert set(killed) == set(sessions)
