@@ -7,9 +7,12 @@ announced by a launch of the grader's marker kernel on a grid of a number of blo
 this session, and ncu's list of kernels (in launch order) is cut at the markers. The labs are one
 student's, so nothing of another student's shares the process.
 
-Whatever the session cannot attribute with certainty (a worker that did not finish, markers
-missing or out of place, a case left unrun after one that broke the CUDA context) is profiled
-alone, as a lab graded alone would be; a lab's verdicts never depend on the session.
+A lab sends its case once its first correctness case passes. The session is stopped once a
+lab's later correctness case hangs (its profiled case would hang too). Whatever the session
+cannot attribute with certainty (a worker that did not finish or was stopped, markers missing or
+out of place, a case left unrun after one that broke the CUDA context) is profiled alone once the
+lab's correctness cases have all passed, as a lab graded alone would be; a lab's verdicts never
+depend on the session.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Iterable, Mapping
 from .correctness import tool_task
 from .counters import CaseKey, CounterRun, KernelRow, Profiles, failed_run, judged, kernel_rows, run_profiler
 from .gpu import GpuInfo
+from .procgroup import AnyOf, Stop
 from .runner import Isolation, RunDirs
 from .submission import Submission
 from .worker.protocol import MARK_KERNEL, Task, marked_tasks
@@ -41,6 +45,7 @@ class Request:
     time_limit_s: float
     dirs: RunDirs
     gpu: GpuInfo | None
+    stop: Stop  # set once the lab's verdicts no longer need the run (a correctness case hung)
 
 
 def requests_of(sub: Submission, profiles: Profiles) -> list[Request]:
@@ -50,7 +55,7 @@ def requests_of(sub: Submission, profiles: Profiles) -> list[Request]:
         check = next(c for c in sub.spec.counters if c.id == profiles.first[key])
         dirs = sub.tool_dirs(f"ncu-{check.id}")
         out.append(Request(sub.spec.id, key, metrics, tool_task(sub, check, dirs), sub.isolation,
-                           sub.time_left(check.time_limit_s), dirs, sub.gpu))
+                           sub.time_left(check.time_limit_s), dirs, sub.gpu, sub.moot))
     return out
 
 
@@ -90,7 +95,7 @@ def profile_together(requests: list[Request]) -> dict[tuple[str, CaseKey], Count
     metrics = tuple(dict.fromkeys(m for r in requests for m in r.metrics))
     task = marked_tasks([r.task for r in requests], marks)
     run, early = run_profiler(task, metrics, requests[0].dirs.sub("session"), max(r.time_limit_s for r in requests),
-                              combined([r.isolation for r in requests]), requests[0].gpu)
+                              combined([r.isolation for r in requests]), requests[0].gpu, AnyOf(r.stop for r in requests))
     if run is None:  # no profiler, no permission, counters busy: the same for every lab
         return {} if early.error else {(r.lab, r.key): early for r in requests}
     results = (run.result or {}).get("results")

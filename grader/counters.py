@@ -22,6 +22,7 @@ from .correctness import tool_task
 from .flock import gpu_folder, wait_exclusive
 from .gpu import GpuInfo, gpu_key
 from .outcome import CheckResult, Outcome, Stage, partial_credit
+from .procgroup import Stop
 from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
 from .spec import CounterCheck, params_label, split_metrics
 from .submission import Submission
@@ -202,9 +203,10 @@ def profile(
 
 
 def run_profiler(task: Task, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
-                 gpu: GpuInfo | None) -> tuple[ToolRun | None, CounterRun]:
+                 gpu: GpuInfo | None, stop: Stop | None = None) -> tuple[ToolRun | None, CounterRun]:
     """``task`` run under ncu collecting ``metrics``, holding ``gpu``'s profiling lock: the run,
-    or None and why there is nothing to read (no ncu, no permission, counters busy, timed out)."""
+    or None and why there is nothing to read (no ncu, no permission, counters busy, timed out or
+    stopped once ``stop`` was set)."""
     ncu = toolchain.find("ncu")
     if ncu is None:
         return None, CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
@@ -214,7 +216,7 @@ def run_profiler(task: Task, metrics: tuple[str, ...], dirs: RunDirs, time_limit
     ]
     attempts = iter(range(1, 100))
     run, busy = run_when_counters_free(
-        lambda limit: run_under_tool(cmd, task, dirs.sub(f"try{next(attempts)}"), limit, isolation), time_limit_s,
+        lambda limit: run_under_tool(cmd, task, dirs.sub(f"try{next(attempts)}"), limit, isolation, stop=stop), time_limit_s,
         folder=lock_folder(gpu))
     if run is None:
         return None, CounterRun(skipped=busy)

@@ -8,11 +8,11 @@ submission (they become check results) and is safe to call many times in one pro
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import shutil
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -113,6 +113,7 @@ class LabGrading:
         self.baselines: WorkerSession | None = None
         self.background: list[Future[list[CheckResult]]] = []
         self._stage_start: dict[str, float] = {}
+        self._correctness_over = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
         self._work: Path | None = None
         self._done = False
@@ -185,8 +186,11 @@ class LabGrading:
             # it starts now, beside the correctness cases
             self.baselines = WorkerSession(sub.trusted_dirs(), isolation.for_baselines())
             self.baselines.spawn()
-        with self.clock.stage(Stage.CORRECTNESS.value):
-            self._correctness(sub, self.worker)
+        try:
+            with self.clock.stage(Stage.CORRECTNESS.value):
+                self._correctness(sub, self.worker)
+        finally:
+            self._correctness_over.set()
         self._rejudge_static(sub)
         self._fresh_worker_for_timing()
         return self
@@ -228,12 +232,14 @@ class LabGrading:
             self._note_launched(result)
             self.checks.append(result)
             hung = result.measured.get("status") == "timeout"
-            if hung:  # it would hang under each sanitizer too, whose verdicts are gated now
+            if hung:  # it would hang under each sanitizer and the profiler too, whose verdicts are gated now
                 sub.moot.set()
             if not counting and spec.counters and self.options.counters and result.outcome is Outcome.PASS:
+                # counters start with the first passing case: the profiler run of a repository's
+                # labs, started beside the sanitizers instead, took 12 s where it takes 5 s now
                 counting = self._sent_to_batch = True  # _count sends this lab's cases
                 self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
-                self._background(Stage.COUNTERS, lambda: _count(sub, self.batch))
+                self._background(Stage.COUNTERS, lambda: _count(sub, self.batch, self._correct_when_done))
 
     def _note_launched(self, result: CheckResult) -> None:
         """Add the kernels a correctness case ran to what the static checks judge."""
@@ -296,6 +302,11 @@ class LabGrading:
             if self.baselines is not None and self._correct():
                 self.worker.spawn()
 
+    def _correct_when_done(self) -> bool:
+        """``_correct()`` once the correctness cases have all run."""
+        self._correctness_over.wait()
+        return self._correct() and not self._done
+
     def _correct(self) -> bool:
         """Whether every correctness case passed (what the later stages are gated on)."""
         return all(c.outcome is Outcome.PASS for c in self.checks if c.stage is Stage.CORRECTNESS)
@@ -322,10 +333,10 @@ class LabGrading:
             gated = {c.id for c in spec.static if c.after_correctness} | {c.id for c in sanitizer_checks}
             self.checks = [self._gated(c) if c.id in gated else c for c in self.checks]
             sanitizer_checks = [self._gated(c) for c in sanitizer_checks]
-        self.checks = explain_nans(self.checks, sanitizer_checks, spec)
+        self.checks = sanitizer.explain_nans(self.checks, sanitizer_checks, spec)
         self.checks += sanitizer_checks
         if spec.benchmark and spec.benchmark.checks:
-            self._speed(passed, stray_writes(sanitizer_checks))
+            self._speed(passed, sanitizer.stray_writes(sanitizer_checks))
         if spec.counters:
             if not passed:
                 self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.FAIL, GATE)
@@ -368,6 +379,8 @@ class LabGrading:
 
     def close(self) -> None:
         """Stop the worker and background runs and remove scratch files (idempotent)."""
+        self._done = True
+        self._correctness_over.set()  # a counter run waiting on the cases goes on, and finds nothing to run alone
         self._leave_batch()  # a counter run cancelled before it sent its cases must not hold the others
         if self._pool is not None:
             for future in self.background:
@@ -384,30 +397,6 @@ class LabGrading:
         self._done = True
 
 
-def explain_nans(checks: list[CheckResult], sanitizer_checks: list[CheckResult], spec: LabSpec) -> list[CheckResult]:
-    """Where memcheck saw out-of-bounds accesses, say so in correctness messages about NaNs: a
-    kernel that reads past its inputs brings in the NaN the grader fills outputs with, and "was
-    it never written?" would send the student the wrong way."""
-    tools = {s.id: s.tool for s in spec.sanitizers}
-    seen = [c for c in sanitizer_checks if tools.get(c.id) == "memcheck" and c.outcome is Outcome.FAIL]
-    if not seen:
-        return checks
-    note = f"; memcheck saw out-of-bounds accesses ({seen[0].id}): reads past a buffer bring in NaN or stale values"
-    return [dataclasses.replace(c, message=c.message + note)
-            if c.stage is Stage.CORRECTNESS and c.outcome is Outcome.FAIL and " NaN" in c.message else c for c in checks]
-
-
-def stray_writes(sanitizer_checks: list[CheckResult]) -> str:
-    """Why the speed checks are not run, where memcheck saw stores outside every buffer: in the
-    timed runs they land in the kernel's own inputs or the baselines' (whether they do depends
-    on the memory layout), so neither the times nor the answers checked after them would be fair."""
-    seen = next((c.id for c in sanitizer_checks if c.outcome is Outcome.FAIL and c.measured.get("global_writes_outside")), None)
-    if seen is None:
-        return ""
-    return (f"not timed: memcheck saw stores outside every buffer ({seen}), which in the large timed runs "
-            "can overwrite the inputs of your kernel or of the baselines; fix those first")
-
-
 def _done(results: list[CheckResult]) -> Future[list[CheckResult]]:
     future: Future[list[CheckResult]] = Future()
     future.set_result(results)
@@ -418,9 +407,11 @@ def _sanitize(sub: Submission, check: SanitizerCheck) -> list[CheckResult]:
     return [sanitizer.grade(sub, check)]
 
 
-def _count(sub: Submission, batch: ProfileBatch | None) -> list[CheckResult]:
+def _count(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool]) -> list[CheckResult]:
     """Every counter check of the lab; checks on one case share a profiler run, and the cases of
-    a repository's labs share one session (``batch``) where they can."""
+    a repository's labs share one session (``batch``) where they can. A case the session did not
+    settle is profiled alone only once ``correct()`` says every correctness case passed (else the
+    checks are gated: none is returned)."""
     profiles = counters.Profiles(sub.spec.counters)
     if batch is not None:
         requests: list[Request] = []
@@ -430,6 +421,8 @@ def _count(sub: Submission, batch: ProfileBatch | None) -> list[CheckResult]:
             batch.send(sub.spec.id, requests)
         for key, run in batch.runs(sub.spec.id).items():
             profiles.settle("student", key, run)
+    if any(("student", key) not in profiles.runs for key in profiles.metrics) and not correct():
+        return []
     return [counters.grade(sub, check, profiles) for check in sub.spec.counters]
 
 

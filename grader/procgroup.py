@@ -8,15 +8,30 @@ import os
 import select
 import signal
 import subprocess
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Protocol
 
 from .textutil import CappedOutput
 
 SETTLE_S = 2.0
+
+
+class Stop(Protocol):
+    """What stops a run early: a ``threading.Event`` or :class:`AnyOf`."""
+
+    def is_set(self) -> bool: ...
+
+
+class AnyOf:
+    """Set once any of ``events`` is."""
+
+    def __init__(self, events: Iterable[Stop]) -> None:
+        self.events = tuple(events)
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
 
 # The sandbox ends a process when the thread that started it ends (``bwrap --die-with-parent``
 # is the parent-death signal, which Linux sends when the creating *thread* exits). Grading starts
@@ -103,7 +118,7 @@ def drain(fd: int, sink: CappedOutput) -> bool:
 
 
 def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen[bytes], deadline: float,
-         stop: threading.Event | None = None) -> int | None:
+         stop: Stop | None = None) -> int | None:
     """Read every stream until all are closed and the process has ended; None past the deadline
     or once ``stop`` is set."""
     open_fds = set(streams)
@@ -134,7 +149,7 @@ def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen[bytes], deadli
 
 def run_capped(cmd: list[str], console: CappedOutput, time_limit_s: float, *, cwd: Path, env: dict[str, str],
                pass_fds: tuple[int, ...] = (), pipes: dict[int, CappedOutput] | None = None,
-               stop: threading.Event | None = None) -> int | None:
+               stop: Stop | None = None) -> int | None:
     """Run ``cmd`` in a process group of its own with /dev/null as stdin, read its stdout and
     stderr into ``console`` and each read end in ``pipes`` into its sink, and kill the group when
     it ends, at the limit or once ``stop`` is set. Returns its exit status, None if it was killed.

@@ -6,6 +6,7 @@ worker runs with plain ``cudaMalloc`` here and memcheck pads every allocation.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import threading
@@ -16,7 +17,7 @@ from . import toolchain
 from .correctness import tool_task
 from .outcome import GATE, CheckResult, Outcome, Stage
 from .runner import TOOL_LOG, Isolation, RunDirs, run_under_tool
-from .spec import SanitizerCheck, params_label
+from .spec import LabSpec, SanitizerCheck, params_label
 from .submission import Submission
 from .textutil import cap_lines
 from .worker.protocol import Task
@@ -159,3 +160,27 @@ def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
                            "\n\n".join(result.findings) or result.log, measured, result.seconds)
     return CheckResult(check.id, Stage.SANITIZER, Outcome.PASS, check.points, check.points,
                        f"{check.tool}: no {WHAT[check.tool]} on {case}", "", measured, result.seconds)
+
+
+def explain_nans(checks: list[CheckResult], sanitizer_checks: list[CheckResult], spec: LabSpec) -> list[CheckResult]:
+    """Where memcheck saw out-of-bounds accesses, say so in correctness messages about NaNs: a
+    kernel that reads past its inputs brings in the NaN the grader fills outputs with, and "was
+    it never written?" would send the student the wrong way."""
+    tools = {s.id: s.tool for s in spec.sanitizers}
+    seen = [c for c in sanitizer_checks if tools.get(c.id) == "memcheck" and c.outcome is Outcome.FAIL]
+    if not seen:
+        return checks
+    note = f"; memcheck saw out-of-bounds accesses ({seen[0].id}): reads past a buffer bring in NaN or stale values"
+    return [dataclasses.replace(c, message=c.message + note)
+            if c.stage is Stage.CORRECTNESS and c.outcome is Outcome.FAIL and " NaN" in c.message else c for c in checks]
+
+
+def stray_writes(sanitizer_checks: list[CheckResult]) -> str:
+    """Why the speed checks are not run, where memcheck saw stores outside every buffer: in the
+    timed runs they land in the kernel's own inputs or the baselines' (whether they do depends
+    on the memory layout), so neither the times nor the answers checked after them would be fair."""
+    seen = next((c.id for c in sanitizer_checks if c.outcome is Outcome.FAIL and c.measured.get("global_writes_outside")), None)
+    if seen is None:
+        return ""
+    return (f"not timed: memcheck saw stores outside every buffer ({seen}), which in the large timed runs "
+            "can overwrite the inputs of your kernel or of the baselines; fix those first")

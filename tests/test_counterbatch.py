@@ -66,7 +66,7 @@ def test_markers_are_distinct_and_drawn_afresh():
 def _request(lab: str, tmp_path: Path, metrics=("m.sum",), key=((("n", 1),), 0)) -> Request:
     task = case_task(f"/labs/{lab}.so", {"name": "launch", "args": []}, {}, {}, str(tmp_path))
     dirs = RunDirs(tmp_path / lab / "in", tmp_path / lab / "out")
-    return Request(lab, key, metrics, task, Isolation(Sandbox(None, reason="test")), 30.0, dirs, None)
+    return Request(lab, key, metrics, task, Isolation(Sandbox(None, reason="test")), 30.0, dirs, None, threading.Event())
 
 
 def _session(monkeypatch, kernels, results, returncode=0):
@@ -74,12 +74,16 @@ def _session(monkeypatch, kernels, results, returncode=0):
     drawn = [4001, 4002, 4003]
     monkeypatch.setattr(counterbatch, "marks_for", lambda n: drawn[:n])
 
-    def fake_profiler(task, metrics, dirs, limit, isolation, gpu):
+    stops = []
+
+    def fake_profiler(task, metrics, dirs, limit, isolation, gpu, stop):
         assert task["marks"] == drawn[:len(task["tasks"])]
+        stops.append(stop)
         rows = [_mark(drawn[k]) if isinstance(k, int) else k for k in kernels]
         return ToolRun(returncode, _csv(rows), "", {"status": "ok", "results": results}, 2.5), CounterRun()
 
     monkeypatch.setattr(counterbatch, "run_profiler", fake_profiler)
+    return stops
 
 
 def test_each_lab_gets_the_kernels_between_its_marker_and_the_next(monkeypatch, tmp_path):
@@ -119,6 +123,34 @@ def test_nothing_is_attributed_from_a_session_whose_markers_do_not_match(monkeyp
 def test_a_session_the_worker_did_not_finish_settles_nothing(monkeypatch, tmp_path):
     _session(monkeypatch, [0, ("k", "(8, 1, 1)", 1)], [], returncode=-11)
     assert profile_together([_request("a", tmp_path), _request("b", tmp_path)]) == {}
+
+
+def test_the_session_is_stopped_once_a_case_of_any_of_its_labs_hung(monkeypatch, tmp_path):
+    stops = _session(monkeypatch, [0, ("k", "(8, 1, 1)", 1)], [{"status": "ok"}])
+    a, b = _request("a", tmp_path), _request("b", tmp_path)
+    profile_together([a, b])
+    assert not stops[0].is_set()
+    b.stop.set()
+    assert stops[0].is_set()
+
+
+@pytest.mark.parametrize("correct", [True, False])
+def test_a_case_the_session_left_is_profiled_alone_only_for_a_lab_whose_cases_all_passed(monkeypatch, correct):
+    """The session starts before the correctness cases end; profiling alone waits for them, and a
+    lab that failed one (its counter checks gated) or hung is not profiled again."""
+    from types import SimpleNamespace
+
+    from grader import counters, grade
+    from grader.labs import find_lab
+
+    spec = find_lab("tiled_matmul")
+    graded: list[str] = []
+    monkeypatch.setattr(grade, "requests_of", lambda sub, profiles: [])
+    monkeypatch.setattr(counters, "grade", lambda sub, check, profiles: graded.append(check.id))
+    batch = ProfileBatch([spec.id])  # one lab: the session leaves it to be profiled alone
+    out = grade._count(SimpleNamespace(spec=spec), batch, lambda: correct)
+    assert graded == ([c.id for c in spec.counters] if correct else [])
+    assert len(out) == (len(spec.counters) if correct else 0)
 
 
 def test_counters_unavailable_are_the_same_for_every_lab(monkeypatch, tmp_path):

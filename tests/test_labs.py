@@ -164,8 +164,8 @@ def test_a_race_is_suggested_only_when_repeated_runs_disagree():
 
 
 def test_nan_messages_mention_out_of_bounds_accesses_that_memcheck_saw():
-    from grader.grade import explain_nans
     from grader.outcome import CheckResult, Stage
+    from grader.sanitizer import explain_nans
 
     spec = find_lab("boundary_checks")
     memcheck = next(s for s in spec.sanitizers if s.tool == "memcheck")

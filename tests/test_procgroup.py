@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from grader import sandbox as sandboxing
-from grader.procgroup import kill_group, live_members, run_capped, start_lasting
+from grader.procgroup import AnyOf, kill_group, live_members, run_capped, start_lasting
 from grader.textutil import CappedOutput
 
 SANDBOX = sandboxing.detect()
@@ -70,6 +70,17 @@ def test_a_run_stops_when_its_stop_event_is_set(tmp_path):
     assert code is None
     assert time.monotonic() - started < 5
     assert "started" in console.text()
+
+
+def test_a_run_stops_once_any_of_its_events_is_set(tmp_path):
+    """A profiler session of several labs stops once one lab's case hung."""
+    events = [threading.Event(), threading.Event()]
+    stop = AnyOf(events)
+    assert not stop.is_set()
+    threading.Timer(0.3, events[1].set).start()
+    console = CappedOutput(1 << 10, 1 << 10)
+    assert run_capped(["sh", "-c", "sleep 30"], console, 20, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, stop=stop) is None
+    assert stop.is_set()
 
 
 def test_a_run_without_a_stop_ends_with_its_exit_status(tmp_path):
