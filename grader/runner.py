@@ -13,6 +13,7 @@ working folder or on ``PYTHONPATH`` is imported, and with /dev/null as its stand
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -35,6 +36,8 @@ from .textutil import CappedOutput, clean
 from .worker.protocol import QUIT, Task
 
 STARTUP_LIMIT_S = 120.0
+#: How long a worker's start waits for GPU memory another process holds, polling every MEMORY_POLL_S.
+MEMORY_WAIT_S, MEMORY_POLL_S = 15.0, 0.5
 # Per file the worker writes: the .npy outputs of the largest benchmark case (memory_types:
 # 256 MiB arrays) must fit; a runaway writer is stopped here (SIGXFSZ).
 FILE_LIMIT_BYTES = 1 << 30
@@ -205,6 +208,19 @@ class WorkerSession:
         self.ready = False
 
     def _start(self) -> TaskResult | None:
+        """Start the worker, waiting up to ``MEMORY_WAIT_S`` for GPU memory that another process
+        holds: the submission's own run under a sanitizer, say, of code that keeps every byte."""
+        waited_until = time.monotonic() + MEMORY_WAIT_S
+        while True:
+            failed = self._start_once()
+            if failed is None or "out of memory" not in failed.reason:
+                return failed
+            if time.monotonic() >= waited_until:
+                return dataclasses.replace(failed, reason=f"{failed.reason} (the GPU's memory stayed taken by another "
+                                                          f"process for {MEMORY_WAIT_S:g} s)")
+            time.sleep(MEMORY_POLL_S)
+
+    def _start_once(self) -> TaskResult | None:
         self.spawn()
         if self.ready:
             return None

@@ -126,3 +126,28 @@ def test_kill_group_also_ends_and_waits_for_processes_below_it_in_sessions_of_th
     for pid in below:
         state = Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] if Path(f"/proc/{pid}").exists() else "gone"
         assert state in ("Z", "X", "gone"), (pid, state)
+
+
+def test_a_worker_start_waits_for_gpu_memory_another_process_holds(monkeypatch, tmp_path):
+    """A submission that keeps every byte of the GPU's memory also does so in its sanitizer runs:
+    the next correctness case's fresh worker waits for it instead of failing at once."""
+    from grader import runner
+    from grader.runner import Isolation, RunDirs, TaskResult, WorkerSession
+    from grader.sandbox import Sandbox
+
+    oom = TaskResult("startup_failed", reason="could not start the GPU worker: CUDARuntimeError: out of memory")
+    answers = [oom, oom, None]
+    monkeypatch.setattr(runner, "MEMORY_POLL_S", 0.01)
+    monkeypatch.setattr(WorkerSession, "_start_once", lambda self: answers.pop(0))
+    session = WorkerSession(RunDirs(tmp_path / "in", tmp_path / "out"), Isolation(Sandbox(None, reason="test")))
+    assert session._start() is None and answers == []
+
+    monkeypatch.setattr(runner, "MEMORY_WAIT_S", 0.05)
+    monkeypatch.setattr(WorkerSession, "_start_once", lambda self: oom)
+    failed = session._start()
+    assert failed is not None and failed.reason.startswith(oom.reason) and "stayed taken" in failed.reason
+
+    other = TaskResult("startup_failed", reason="could not start the GPU worker: no CUDA-capable device")
+    calls = []
+    monkeypatch.setattr(WorkerSession, "_start_once", lambda self: calls.append(1) or other)
+    assert session._start() is other and calls == [1]  # nothing to wait for
