@@ -1,5 +1,5 @@
 """Grading one submission for one lab: the flow. Each check family lives with its tool
-(``sass.static_checks``, ``correctness``, ``sanitizer.grade``, ``speed.grade``, ``counters.grade``)
+(``sass.static_checks``, ``correctness``, ``sanitizer.grade``, ``speed.measured``, ``counters.grade``)
 and sees the submission through one frozen :class:`Submission`.
 
 ``grade()`` is the engine's per-submission entry point: it never raises for problems in the
@@ -9,7 +9,6 @@ submission (they become check results) and is safe to call many times in one pro
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import tempfile
 import threading
@@ -31,37 +30,13 @@ from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, 
 from .outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
 from .plan import course_only_results, fill_checks, in_plan_order, launcher_prototype, planned_checks, runnable
 from .runner import Isolation, WorkerSession
-from .sandbox import Sandbox
 from .sass import static_checks
 from .spec import LabSpec, SanitizerCheck
 from .submission import Submission
+from .timing import Measurement
 
 #: Seconds spent waiting for the sanitizer and counter runs before timing (not a stage of its own).
 WAITING = "waiting_for_tools"
-
-
-def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs: int | None = None) -> None:
-    """Compile many submissions and their labs' baselines in parallel, into the build cache.
-
-    Only an optimisation for batches: grading then finds every build cached. Failures are left
-    for grading to report.
-    """
-    archs = archs_for(options, probe_for(options))
-    sandbox = sandbox_for(options)
-    builds: dict[tuple[str, Path, str | None], tuple[LabSpec, Sandbox | None]] = {
-        (spec.id, path, display): (spec, sandbox) for spec, path, display in items if path.is_file()}
-    for spec, _, _ in items:
-        if options.gpu:
-            for name in spec.baseline_names:
-                builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
-    with ThreadPoolExecutor(max_workers=jobs or max(1, min(8, os.cpu_count() or 1))) as pool:
-        futures = [pool.submit(lab_build, spec, path, archs, options.cache_dir, display, box)
-                   for (_, path, display), (spec, box) in builds.items()]
-        for future in futures:
-            try:
-                future.result()
-            except Exception:
-                pass
 
 
 class _Clock:
@@ -114,6 +89,8 @@ class LabGrading:
         self.background: list[Future[list[CheckResult]]] = []
         self._stage_start: dict[str, float] = {}
         self._correctness_over = threading.Event()
+        self._measurement: Measurement | None = None  # the timing, until report() scores it
+        self._counter_checks: list[CheckResult] = []
         self._pool: ThreadPoolExecutor | None = None
         self._work: Path | None = None
         self._done = False
@@ -314,21 +291,36 @@ class LabGrading:
     # ---------------------------------------------------------------- second half
 
     def finish(self) -> LabReport:
+        """The second half: :meth:`timed`, then :meth:`report`."""
+        return self.timed().report()
+
+    def timed(self) -> "LabGrading":
+        """Wait for the background runs, gate on correctness and time: all the second half does on the GPU."""
         try:
             if not self._done:
-                self._finish()
+                self._finish_on_gpu()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def report(self) -> LabReport:
+        """Score what was timed and close: the CPU's part, which may run beside the next lab's timing."""
+        try:
+            if not self._done:
+                self._finish_on_cpu()
         finally:
             self.close()
         checks = in_plan_order(self.whole, [*self.checks, *course_only_results(self.whole)])
         return LabReport(self.spec.id, self.spec.title, self.name, tuple(checks), self.env, self.kernels,
                          self.timings, self.clock.seconds)
 
-    def _finish(self) -> None:
-        spec, options = self.spec, self.options
+    def _finish_on_gpu(self) -> None:
+        spec = self.spec
         tool_checks = self.wait()
         passed = self._correct()
         sanitizer_checks = [c for c in tool_checks if c.stage is Stage.SANITIZER]
-        counter_checks = [c for c in tool_checks if c.stage is Stage.COUNTERS]
+        self._counter_checks = [c for c in tool_checks if c.stage is Stage.COUNTERS]
         if not passed:  # what an empty or broken kernel trivially passes earns nothing
             gated = {c.id for c in spec.static if c.after_correctness} | {c.id for c in sanitizer_checks}
             self.checks = [self._gated(c) if c.id in gated else c for c in self.checks]
@@ -337,13 +329,23 @@ class LabGrading:
         self.checks += sanitizer_checks
         if spec.benchmark and spec.benchmark.checks:
             self._speed(passed, sanitizer.stray_writes(sanitizer_checks))
+
+    def _finish_on_cpu(self) -> None:
+        spec, options = self.spec, self.options
+        if self._measurement is not None and self.sub is not None and self.worker is not None:
+            with self.clock.stage(Stage.SPEED.value):
+                checks, timings = speed.scored(self.sub, self.worker, self._measurement)
+            self.checks += checks
+            self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
+            self.clock.seconds.update({f"{Stage.SPEED.value}.{k}": v for k, v in timings.pop("_phases", {}).items()})
+            self.timings = timings
         if spec.counters:
-            if not passed:
+            if not self._correct():
                 self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.FAIL, GATE)
             elif not options.counters:
                 self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.SKIPPED, "hardware counters turned off (--no-counters)")
             else:
-                self.checks += counter_checks
+                self.checks += self._counter_checks
         order = {cid: i for i, (cid, _, _) in enumerate(planned_checks(spec))}
         self.checks.sort(key=lambda c: order.get(c.id, len(order)))
 
@@ -371,11 +373,11 @@ class LabGrading:
             assert self.worker is not None and self.baselines is not None
             self.progress(f"[{spec.id}] timing against {', '.join(sorted({c.baseline for c in spec.benchmark.checks}))}")
             with self.clock.stage(Stage.SPEED.value):
-                checks, timings = speed.grade(sub, self.worker, self.baselines)
-            self.checks += checks
-            self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
-            self.clock.seconds.update({f"{Stage.SPEED.value}.{k}": v for k, v in timings.pop("_phases", {}).items()})
-            self.timings = timings
+                timed = speed.measured(sub, self.worker, self.baselines)
+            if isinstance(timed, list):
+                self.checks += timed
+            else:
+                self._measurement = timed  # scored by report()
 
     def close(self) -> None:
         """Stop the worker and background runs and remove scratch files (idempotent)."""

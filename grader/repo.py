@@ -9,18 +9,21 @@ the grader gets a report that says so; the others are graded as usual.
 from __future__ import annotations
 
 import dataclasses
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from .build import lab_build
 from .counterbatch import ProfileBatch
 from .errors import GraderError, internal_error_message
-from .grade import LabGrading, prebuild
+from .grade import LabGrading
 from .labs import find_lab, lab_ids
-from .options import GradeOptions, Progress, no_progress
+from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for
 from .outcome import CheckResult, LabReport, Outcome, Stage
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
 from .safeio import UnsafeFile, submission_file
+from .sandbox import Sandbox
 from .spec import LabSpec
 
 #: Where each lab's file lives in a student repository.
@@ -77,6 +80,30 @@ def failed_report(spec: LabSpec, display: str, message: str, rest: str = "not gr
     return LabReport(spec.id, spec.title, display, tuple(in_plan_order(spec, [*checks, *course_only_results(spec)])))
 
 
+def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs: int | None = None) -> None:
+    """Compile many submissions and their labs' baselines in parallel, into the build cache.
+
+    Only an optimisation for batches: grading then finds every build cached. Failures are left
+    for grading to report.
+    """
+    archs = archs_for(options, probe_for(options))
+    sandbox = sandbox_for(options)
+    builds: dict[tuple[str, Path, str | None], tuple[LabSpec, Sandbox | None]] = {
+        (spec.id, path, display): (spec, sandbox) for spec, path, display in items if path.is_file()}
+    for spec, _, _ in items:
+        if options.gpu:
+            for name in spec.baseline_names:
+                builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
+    with ThreadPoolExecutor(max_workers=jobs or max(1, min(8, os.cpu_count() or 1))) as pool:
+        futures = [pool.submit(lab_build, spec, path, archs, options.cache_dir, display, box)
+                   for (_, path, display), (spec, box) in builds.items()]
+        for future in futures:
+            try:
+                future.result()
+            except Exception:
+                pass
+
+
 def grade_many(
     items: list[tuple[LabSpec, Path, str]],
     options: GradeOptions = GradeOptions(),
@@ -88,7 +115,8 @@ def grade_many(
     """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
 
     Within a window every item is started (all at once, in threads), then all background runs
-    are awaited, then each is timed: a profiler or sanitizer never runs beside a timed call.
+    are awaited, then each is timed in turn and scored beside the next one's timing: a profiler
+    or sanitizer never runs beside a timed call, only the grader's own checks on the CPU.
     With ``root`` (a student's repository), display names are paths inside it, a submission
     reached through a link is refused, and the counter cases share one profiler session.
     ``before_timing`` is asked before each lab that is timed.
@@ -138,15 +166,25 @@ def grade_many(
                 grading.wait()
             except Exception:
                 pass  # finish() reports it
-        for i, grading in started:
-            try:
-                note = ""
-                if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
-                    note = before_timing(grading.spec)
-                reports[i] = timed_on_disturbed_gpu(grading.finish(), note) if note else grading.finish()
-            except Exception as exc:
-                grading.close()
-                reports[i] = _crashed(grading.whole, grading.name, exc)
+        # each lab is timed alone, in turn; its timed output is checked on the CPU beside the
+        # next lab's timing (the memory_types oracle alone takes 1.5-2.5 s)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
+            scoring = []
+            for i, grading in started:
+                try:
+                    note = ""
+                    if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
+                        note = before_timing(grading.spec)
+                    scoring.append((i, grading, note, scorer.submit(grading.timed().report)))
+                except Exception as exc:
+                    grading.close()
+                    reports[i] = _crashed(grading.whole, grading.name, exc)
+            for i, grading, note, future in scoring:
+                try:
+                    reports[i] = timed_on_disturbed_gpu(future.result(), note) if note else future.result()
+                except Exception as exc:
+                    grading.close()
+                    reports[i] = _crashed(grading.whole, grading.name, exc)
     return [r for r in reports if r is not None]
 
 

@@ -25,19 +25,25 @@ def _all(bench: Benchmark, outcome: Outcome, message: str, details: str = "") ->
     return [CheckResult(c.id, Stage.SPEED, outcome, 0, c.points, message, details) for c in bench.checks]
 
 
-def grade(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> tuple[list[CheckResult], dict[str, Any]]:
-    """Time and score; the timings per kernel (and ``_device``) for the report."""
+def measured(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement | list[CheckResult]:
+    """The timing, the GPU's part: a measurement, or the speed checks' errors where the student's
+    kernel could not be timed. Both workers are ended, so the GPU is free for the next lab."""
     bench = sub.spec.benchmark
     assert bench is not None
     try:
-        m = measure(sub, worker, baselines_worker)
+        return measure(sub, worker, baselines_worker)
     except SampleFailed as failed:
         if failed.who != "student":
             raise RuntimeError(f"the {failed.who} kernel could not be timed: {failed.result.reason}") from None
         failure = failure_from_task(failed.result, "timing", Stage.SPEED, 0)
-        return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details), {}
+        return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details)
     finally:  # both free their GPU memory before anything else is timed (the student's has done its part)
         kill_together(baselines_worker, worker)
+
+
+def scored(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[CheckResult], dict[str, Any]]:
+    """The CPU's part (it may run beside the next lab's timing): the speed checks, and the timings
+    per kernel (with ``_device`` and ``_phases``) for the report."""
     started = time.monotonic()
     checks, timings = score(sub, worker, m)
     timings["_phases"] = {**m.phase_s, "check": round(time.monotonic() - started, 3)}

@@ -122,6 +122,40 @@ def test_the_labs_of_a_window_start_together_and_keep_their_order():
     assert all(r.checks[0].outcome is Outcome.PASS for r in reports), [r.checks[0].message for r in reports]
 
 
+def test_a_lab_is_scored_beside_the_next_labs_timing_and_a_scoring_bug_stays_its_own(monkeypatch, tmp_path):
+    """Timing is one lab at a time; checking a timed output is CPU work that overlaps the next
+    lab's timing: here the first lab's scoring waits until the second lab has been timed, which
+    one-after-the-other grading would never reach."""
+    monkeypatch.setenv("GRADER_LOG", str(tmp_path / "internal-errors.log"))
+    spec = find_lab("tiled_matmul")
+    second_timed = threading.Event()
+    order: list[str] = []
+    real_timed, real_report = LabGrading.timed, LabGrading.report
+
+    def timed(self):
+        order.append(f"timed {self.name}")
+        if self.name == "b.cu":
+            second_timed.set()
+        return real_timed(self)
+
+    def report(self):
+        if self.name == "a.cu":
+            assert second_timed.wait(20), "the first lab's scoring held up the second lab's timing"
+        if self.name == "b.cu":
+            raise RuntimeError("simulated scoring bug")
+        order.append(f"scored {self.name}")
+        return real_report(self)
+
+    monkeypatch.setattr(LabGrading, "timed", timed)
+    monkeypatch.setattr(LabGrading, "report", report)
+    items = [(spec, spec.files.reference, f"{name}.cu") for name in ("a", "b", "c")]
+    a, b, c = grade_many(items, GradeOptions(gpu=False), window=3)
+    assert order.index("timed b.cu") < order.index("scored a.cu")
+    assert [r.submission for r in (a, b, c)] == ["a.cu", "b.cu", "c.cu"]
+    assert a.checks[0].outcome is Outcome.PASS and c.checks[0].outcome is Outcome.PASS
+    assert b.checks[0].outcome is Outcome.ERROR and "simulated scoring bug" in b.checks[0].message
+
+
 def test_a_grader_bug_in_a_background_run_becomes_errors_on_its_checks(monkeypatch, tmp_path):
     monkeypatch.setenv("GRADER_LOG", str(tmp_path / "internal-errors.log"))
     spec = find_lab("histogram")
