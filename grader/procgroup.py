@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +23,20 @@ class Stop(Protocol):
     """What stops a run early: a ``threading.Event`` or :class:`AnyOf`."""
 
     def is_set(self) -> bool: ...
+
+
+class Killable(Protocol):
+    def kill(self) -> None: ...
+
+
+def kill_together(*those: Killable) -> None:
+    """``kill()`` each at once (a worker's exit releases a CUDA context, which takes a while)."""
+    threads = [threading.Thread(target=one.kill, name="kill-together") for one in those[1:]]
+    for thread in threads:
+        thread.start()
+    those[0].kill()
+    for thread in threads:
+        thread.join()
 
 
 class AnyOf:

@@ -21,7 +21,6 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -409,16 +408,6 @@ class ToolRun:
         if self.result.get("status") != "ok":
             return str(self.result.get("error", "failed"))
         return ""
-
-
-def kill_together(*sessions: WorkerSession) -> None:
-    """``kill()`` the sessions' workers at once: each exit (a CUDA context's release) takes a while."""
-    threads = [threading.Thread(target=session.kill, name="kill-worker") for session in sessions[1:]]
-    for thread in threads:
-        thread.start()
-    sessions[0].kill()
-    for thread in threads:
-        thread.join()
 
 
 def run_under_tool(

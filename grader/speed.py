@@ -10,7 +10,8 @@ from . import casecache
 from .compare import compare
 from .correctness import failure_from_task, output_limit
 from .outcome import CheckResult, Outcome, Stage, partial_credit
-from .runner import WorkerSession, kill_together
+from .procgroup import kill_together
+from .runner import WorkerSession
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission

@@ -111,7 +111,7 @@ def test_a_worker_that_fails_to_open_its_timing_is_named(tmp_path, monkeypatch, 
 
 def test_the_workers_of_a_timed_lab_are_killed_at_once():
     """Each exit releases a CUDA context, which takes a while: the next lab's timing waits for both."""
-    from grader.runner import kill_together
+    from grader.procgroup import kill_together
 
     met = threading.Barrier(2, timeout=5)  # broken unless both kills are under way together
     killed = []
