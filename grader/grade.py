@@ -58,9 +58,10 @@ class LabGrading:
     """One submission for one lab, graded in two halves.
 
     ``start()`` compiles, inspects the compiled code, runs the correctness cases and starts the
-    sanitizer and counter runs in the background; ``finish()`` waits for them, times and scores.
-    Grading a repo starts every lab first and times each only when no other GPU work is left
-    (``wait()``), so profilers never run beside a timed call. Neither half raises for problems
+    sanitizer and counter runs in the background; ``finish()`` waits for them and times
+    (``timed()``), then scores (``report()``). Grading a repo starts every lab first, times each
+    only when no other GPU work is left (``wait()``), so profilers never run beside a timed call,
+    and scores a lab beside the next one's timing. Neither half raises for problems
     in the submission: they become check results. From a student bundle only the lab's
     ``runnable`` part is graded; the report lists the rest as graded on the course's runner.
     """
@@ -213,7 +214,7 @@ class LabGrading:
                 sub.moot.set()
             if not counting and spec.counters and self.options.counters and result.outcome is Outcome.PASS:
                 # counters start with the first passing case: the profiler run of a repository's
-                # labs, started beside the sanitizers instead, took 12 s where it takes 5 s now
+                # labs, started beside the sanitizers instead, took 12 s on an H100 (5 to 7 s now)
                 counting = self._sent_to_batch = True  # _count sends this lab's cases
                 self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
                 self._background(Stage.COUNTERS, lambda: _count(sub, self.batch, self._correct_when_done))
