@@ -36,7 +36,7 @@ from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E
 from grader.errors import GraderError  # noqa: E402
 from grader.labs import find_lab, lab_ids  # noqa: E402
 from grader.options import GradeOptions  # noqa: E402
-from grader.repo import grade_repo, submission_path  # noqa: E402
+from grader.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
 
 HANG = ROOT / "tests" / "hostile" / "tiled_matmul" / "host_infinite_loop.cu"
 COMPILE_ERROR = "// does not compile\nextern \"C\" void matmul(const float* M, const float* N, float* P, int width) { oops }\n"
@@ -144,6 +144,14 @@ def print_busy(samples: list[float]) -> None:
     print(f"GPU busy: {busy:.0f}% mean NVML utilisation, some kernel running in {100 * active:.0f}% of {len(samples)} samples")
 
 
+def print_gate_waits(out: Path) -> None:
+    """How long timings waited at the health gate for the GPU to be fit (from the reports)."""
+    waits = [lab["stage_seconds"].get(HEALTH_GATE, 0.0) for report in (out / plan.STUDENTS_DIR).glob("*/report.json")
+             for lab in json.loads(report.read_text())["labs"]]
+    held = [w for w in waits if w]
+    print(f"health gate: held {len(held)} of {len(waits)} timings back, {sum(held):.1f} s in all")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--students", type=int, help="repositories in the class (default: 40, or 20 with --no-gpu)")
@@ -183,6 +191,7 @@ def main() -> int:
               + (f" ({wall / done:.2f} s each, the cold start included)" if done else ""))
         if slots:
             print_busy(sampler.samples)
+            print_gate_waits(out)
         return 130
     wall = time.monotonic() - started
     per = [r.seconds for r in run.graded]
@@ -190,6 +199,7 @@ def main() -> int:
           f"(each took {statistics.median(per):.1f} s median, {max(per):.1f} s at most, on its lane)")
     if slots:
         print_busy(sampler.samples)
+        print_gate_waits(out)
         print(f"target: {'met' if wall <= 480 and len(names) >= 40 else 'compare with'} <= 8 min for 40 repositories on one H100")
     else:
         print(f"target: <= 60 s for 20 repositories with --no-gpu, cold, on 2 cores: "

@@ -211,6 +211,21 @@ def test_a_speed_note_marks_only_timed_checks():
     assert noted.environment["timing_noisy"] == "GPU at 88 C"
 
 
+def test_a_wait_at_the_health_gate_is_in_the_labs_stage_seconds():
+    """A TA sees how long each timing waited for the GPU to be fit, also when it then was."""
+    from grader.outcome import CheckResult, LabReport, Outcome, Stage
+    from grader.repo import HEALTH_GATE, after_gate
+
+    report = LabReport("x", "X", "f.cu", (CheckResult("s", Stage.SPEED, Outcome.PASS, 2, 2, "1.5x"),),
+                       stage_seconds={"speed": 1.0})
+    waited = after_gate(report, "", 4.25)
+    assert waited.stage_seconds == {"speed": 1.0, HEALTH_GATE: 4.25}
+    assert waited.checks == report.checks and "timing_noisy" not in waited.environment
+    assert after_gate(report, "", 0.001).stage_seconds == {"speed": 1.0}  # the gate's own look: not a wait
+    noisy = after_gate(report, "GPU at 88 C (still so after waiting 60 s)", 60.0)
+    assert noisy.stage_seconds[HEALTH_GATE] == 60.0 and noisy.environment["timing_noisy"].startswith("GPU at 88 C")
+
+
 def test_the_gpu_lock_lets_one_grader_at_a_time(tmp_path):
     folder = gpulock.gpu_folder("GPU-test", base=tmp_path)
     assert folder == tmp_path / "cuda-grader-gpu-GPU-test" and oct(folder.stat().st_mode & 0o7777) == "0o1777"
