@@ -80,3 +80,39 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     assert results[1].problems and not results[2].problems  # the lane started afresh for zoe
     # the lane took the lock in the GPU's own folder (where its profiling lock is too)
     assert (Path(tempfile.gettempdir()) / f"cuda-grader-gpu-{slot.key}" / "grader-gpu.lock").exists()
+
+
+def test_a_lanes_progress_never_waits_for_the_scheduler_and_arrives_in_order():
+    import queue as queues
+    import threading
+
+    from grader.classroom import lanes
+
+    release, received = threading.Event(), []
+
+    class SlowQueue:  # the manager's queue on a busy machine: each put waits for an answer
+        def put(self, item):
+            assert release.wait(5)
+            received.append(item)
+
+    outbox: queues.SimpleQueue = queues.SimpleQueue()
+    threading.Thread(target=lanes._forward, args=(outbox, SlowQueue()), daemon=True).start()
+    for k in range(3):
+        outbox.put(("gpu0", "alice", f"step {k}"))  # a grading thread goes on at once
+    sent = threading.Event()
+    outbox.put(sent)
+    assert not sent.wait(0.2) and received == []  # held up in the forwarder, not in grading
+    release.set()
+    assert sent.wait(5)
+    assert received == [("gpu0", "alice", f"step {k}") for k in range(3)]
+
+    class GoneQueue:
+        def put(self, item):
+            raise EOFError("the manager is gone")
+
+    dead: queues.SimpleQueue = queues.SimpleQueue()
+    threading.Thread(target=lanes._forward, args=(dead, GoneQueue()), daemon=True).start()
+    dead.put(("gpu0", "bob", "x"))
+    flushed = threading.Event()
+    dead.put(flushed)
+    assert flushed.wait(5)  # with the scheduler gone, a lane still never waits out its flush

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import queue as queues
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
@@ -19,6 +21,8 @@ from .gpus import GpuSlot
 from .plan import StudentJob
 from .student import StudentResult, grade_student
 
+#: How long a lane waits for its student's progress to be sent on before returning the result.
+FLUSH_S = 5.0
 #: Where lane processes send progress: (lane, student, message).
 Events = Callable[[str, str, str], None]
 
@@ -53,21 +57,44 @@ def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float) -> None:
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
     folder = gpulock.gpu_folder(slot.key)
-    _LANE.update(slot=slot, queue=queue, folder=folder, gate=health.lane_gate(slot.index, health_wait_s))
+    outbox: queues.SimpleQueue[Any] = queues.SimpleQueue()
+    threading.Thread(target=_forward, args=(outbox, queue), name="lane-progress", daemon=True).start()
+    _LANE.update(slot=slot, outbox=outbox, folder=folder, gate=health.lane_gate(slot.index, health_wait_s))
+
+
+def _forward(outbox: queues.SimpleQueue[Any], queue: Any) -> None:
+    """Send the lane's progress on to the scheduler, in order. The manager's queue answers each
+    put over a socket, and on a machine busy with a student's sanitizer runs that answer is slow:
+    no grading thread waits for it. An ``Event`` in the outbox is set once all before it are sent."""
+    gone = False
+    while True:
+        item = outbox.get()
+        if isinstance(item, threading.Event):
+            item.set()
+        elif not gone:
+            try:
+                queue.put(item)
+            except Exception:  # the scheduler's manager is gone: progress is only for show
+                gone = True
 
 
 def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> StudentResult:
     slot: GpuSlot = _LANE["slot"]
-    queue = _LANE["queue"]
+    outbox = _LANE["outbox"]
     sid = job.student.id
 
     def progress(message: str) -> None:
-        queue.put((slot.lane, sid, message))
+        outbox.put((slot.lane, sid, message))
 
-    with gpulock.gpu_lock(_LANE["folder"]) as waited:
-        if waited > 1:
-            progress(f"waited {waited:.0f} s for another grader on this GPU")
-        return grade_student(job, options, progress, _LANE["gate"], visibility, slot.lane)
+    try:
+        with gpulock.gpu_lock(_LANE["folder"]) as waited:
+            if waited > 1:
+                progress(f"waited {waited:.0f} s for another grader on this GPU")
+            return grade_student(job, options, progress, _LANE["gate"], visibility, slot.lane)
+    finally:
+        sent = threading.Event()
+        outbox.put(sent)
+        sent.wait(FLUSH_S)  # the student's last lines reach the display before its result
 
 
 # ------------------------------------------------------------------ seen from the scheduler
