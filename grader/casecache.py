@@ -97,9 +97,11 @@ def _load(path: Path) -> Arrays | None:
 
 
 def _store(path: Path, arrays: Arrays) -> None:
-    """Written whole or not at all (grades in other processes read the folder at the same time)."""
+    """Written whole or not at all (grades in other processes read the folder at the same time),
+    readable by this user only (the answers are those of the course's secret cases)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
         try:
             save: Any = np.savez  # its stubs take the arrays' names for its own keywords

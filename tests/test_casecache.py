@@ -34,6 +34,9 @@ def test_inputs_are_generated_once_per_case_and_seed(tmp_path):
     assert np.array_equal(first["text"], again["text"]) and again["text"].dtype == first["text"].dtype
     other = casecache.generated(spec, problem, params, 8, tmp_path)
     assert problem.calls["generate"] == 2 and not np.array_equal(first["text"], other["text"])
+    entries = list((tmp_path / "cases").rglob("*.npz"))
+    assert len(entries) == 2 and all(p.stat().st_mode & 0o077 == 0 for p in entries)
+    assert (tmp_path / "cases").stat().st_mode & 0o777 == 0o700  # the secret cases' answers: this user's only
 
 
 def test_answers_are_keyed_by_the_very_inputs_they_answer(tmp_path):
