@@ -2,9 +2,9 @@
 
 Every student of a course gets the same cases (the YAML's seeds mixed with the course's secret),
 so the lab's generator and its fp64 oracle need to run once per case and lab version, not once
-per student: the histogram's 16 MB of English text takes 1.7 s to draw, and the memory_types
-oracle 1.3 s for the timed input. Answers are keyed by a digest of the very inputs they answer
-(the timed inputs come back from the worker), inputs by the lab version, parameters and seed.
+per student (the histogram's 16 MB of English text takes 1.7 s to draw). Answers are keyed by a
+digest of the very inputs they answer, inputs by the lab version, parameters and seed. The timed
+inputs are drawn afresh for every sample, so the timing's check is not cached.
 Students never see this folder: a case's inputs are copied into the grading's own inbox.
 """
 
