@@ -84,12 +84,6 @@ def summed(rows: list[KernelRow]) -> dict[str, float]:
     return totals
 
 
-def parse_csv(text: str) -> tuple[dict[str, float], list[str]]:
-    """Sum each metric over kernels from ``ncu --csv --print-units base`` (long format)."""
-    rows = kernel_rows(text)
-    return summed(rows), [row.name for row in rows]
-
-
 def _permission_problem(text: str) -> str:
     if "ERR_NVGPUCTRPERM" in text:
         return (
