@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable
 
+from . import counters
 from .correctness import tool_task
 from .counters import CaseKey, CounterRun, KernelRow, Profiles, failed_run, judged, kernel_rows, run_profiler
 from .gpu import GpuInfo
+from .labbatch import LabBatch
+from .outcome import CheckResult
 from .procgroup import AnyOf, Stop
 from .runner import Isolation, RunDirs
 from .submission import Submission
@@ -116,50 +118,30 @@ def profile_together(requests: list[Request]) -> dict[tuple[str, CaseKey], Count
     return out
 
 
-class ProfileBatch:
+class ProfileBatch(LabBatch[Request, CounterRun]):
     """Collects the labs' requests; profiles them together once every lab has sent its own
     (none, for a lab that will not be profiled), then hands each lab its runs."""
 
-    def __init__(self, labs: Iterable[str]) -> None:
-        self._open = set(labs)
-        self._requests: list[Request] = []
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._runs: dict[tuple[str, CaseKey], CounterRun] = {}
-        self._failure: BaseException | None = None
-        if not self._open:
-            self._done.set()
+    name = "counter-session"
 
-    def waiting_for(self) -> set[str]:
-        """The labs that have not sent their cases yet."""
-        with self._lock:
-            return set(self._open)
+    def _together(self, requests: list[Request]) -> dict[tuple[str, CaseKey], CounterRun]:  # type: ignore[override]
+        return profile_together(requests)
 
-    def send(self, lab: str, requests: list[Request]) -> None:
-        """``lab``'s requests (only its first call counts)."""
-        with self._lock:
-            if lab not in self._open:
-                return
-            self._open.discard(lab)
-            self._requests += requests
-            last = not self._open
-        if last:
-            if len({r.lab for r in self._requests}) < 2:
-                self._done.set()  # one lab: it is profiled as it would be alone
-            else:
-                threading.Thread(target=self._run, name="counter-session", daemon=True).start()
 
-    def _run(self) -> None:
+def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool]) -> list[CheckResult]:
+    """Every counter check of the lab; checks on one case share a profiler run, and the cases of
+    a repository's labs share one session (``batch``) where they can. A case the session did not
+    settle is profiled alone only once ``correct()`` says every correctness case passed (else the
+    checks are gated: none is returned)."""
+    profiles = counters.Profiles(sub.spec.counters)
+    if batch is not None:
+        requests: list[Request] = []
         try:
-            self._runs = profile_together(sorted(self._requests, key=lambda r: r.lab))
-        except BaseException as exc:  # raised to every lab's counter checks
-            self._failure = exc
+            requests = requests_of(sub, profiles)
         finally:
-            self._done.set()
-
-    def runs(self, lab: str) -> Mapping[CaseKey, CounterRun]:
-        """``lab``'s runs that the session settled (blocks until it ran)."""
-        self._done.wait()
-        if self._failure is not None:
-            raise self._failure
-        return {key: run for (name, key), run in self._runs.items() if name == lab}
+            batch.send(sub.spec.id, requests)
+        for key, run in batch.runs(sub.spec.id).items():
+            profiles.settle("student", key, run)
+    if any(("student", key) not in profiles.runs for key in profiles.metrics) and not correct():
+        return []
+    return [counters.grade(sub, check, profiles) for check in sub.spec.counters]

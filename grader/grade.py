@@ -18,11 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from . import counters, sanitizer, speed, toolchain
+from . import sanitizer, sanitizerbatch, speed, toolchain
 from .build import lab_build
 from .cachedirs import default_cache_dir
 from .correctness import grade_case
-from .counterbatch import ProfileBatch, Request, requests_of
+from .counterbatch import ProfileBatch, counted
 from .errors import internal_error_message
 from .gpu import GpuProbe
 from .labs import load_problem
@@ -30,8 +30,9 @@ from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, 
 from .outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
 from .plan import course_only_results, fill_checks, in_plan_order, launcher_prototype, planned_checks, runnable
 from .runner import Isolation, WorkerSession
+from .sanitizerbatch import SanitizerBatch
 from .sass import static_checks
-from .spec import LabSpec, SanitizerCheck
+from .spec import LabSpec
 from .submission import Submission
 from .timing import Measurement
 
@@ -68,8 +69,9 @@ class LabGrading:
 
     def __init__(self, spec: LabSpec, source: Path, options: GradeOptions = GradeOptions(),
                  progress: Progress = no_progress, display_name: str | None = None,
-                 batch: ProfileBatch | None = None):
+                 batch: ProfileBatch | None = None, sanitizers: SanitizerBatch | None = None):
         self.batch = batch  # the repository's shared counter session, if any
+        self.sanitizer_batch = sanitizers  # ... and its shared sanitizer runs
         self._sent_to_batch = False
         self.whole = spec  # the lab as the course grades it: what the report lists
         self.spec, self.source, self.options, self.progress = runnable(spec), source, options, progress
@@ -104,10 +106,17 @@ class LabGrading:
         finally:
             if not self._sent_to_batch:
                 self._leave_batch()  # nothing of this lab's to profile in the shared session
+            self._leave_sanitizer_batch()  # ... nor to run under the sanitizers (sent at the start, if any)
 
     def _leave_batch(self) -> None:
+        """Tell the shared profiler session this lab sends nothing (more): it need not wait for it."""
         if self.batch is not None:
             self.batch.send(self.spec.id, [])
+
+    def _leave_sanitizer_batch(self) -> None:
+        """... and the shared sanitizer runs (a lab's first send is the one that counts)."""
+        if self.sanitizer_batch is not None:
+            self.sanitizer_batch.send(self.spec.id, [])
 
     def _start(self) -> "LabGrading":
         spec, options = self.spec, self.options
@@ -156,8 +165,11 @@ class LabGrading:
                                                       "compute-sanitizer turned off (--no-sanitizers)") for c in spec.sanitizers]))
         elif spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
+            if self.sanitizer_batch is not None:
+                sanitizerbatch.send(self.sanitizer_batch, sub)
             for check in spec.sanitizers:
-                self._background(Stage.SANITIZER, functools.partial(_sanitize, sub, check), (check.id,))
+                self._background(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch),
+                                 (check.id,))
         self.worker = WorkerSession(sub.student_dirs(), isolation)
         if spec.benchmark and spec.benchmark.checks and options.timing:
             # the baselines are timed in a worker of their own, which no student code can reach;
@@ -215,9 +227,9 @@ class LabGrading:
             if not counting and spec.counters and self.options.counters and result.outcome is Outcome.PASS:
                 # counters start with the first passing case: the profiler run of a repository's
                 # labs, started beside the sanitizers instead, took 12 s on an H100 (5 to 7 s now)
-                counting = self._sent_to_batch = True  # _count sends this lab's cases
+                counting = self._sent_to_batch = True  # counted() sends this lab's cases
                 self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
-                self._background(Stage.COUNTERS, lambda: _count(sub, self.batch, self._correct_when_done))
+                self._background(Stage.COUNTERS, lambda: counted(sub, self.batch, self._correct_when_done))
 
     def _note_launched(self, result: CheckResult) -> None:
         """Add the kernels a correctness case ran to what the static checks judge."""
@@ -385,6 +397,7 @@ class LabGrading:
         self._done = True
         self._correctness_over.set()  # a counter run waiting on the cases goes on, and finds nothing to run alone
         self._leave_batch()  # a counter run cancelled before it sent its cases must not hold the others
+        self._leave_sanitizer_batch()
         if self._pool is not None:
             for future in self.background:
                 future.cancel()
@@ -404,29 +417,6 @@ def _done(results: list[CheckResult]) -> Future[list[CheckResult]]:
     future: Future[list[CheckResult]] = Future()
     future.set_result(results)
     return future
-
-
-def _sanitize(sub: Submission, check: SanitizerCheck) -> list[CheckResult]:
-    return [sanitizer.grade(sub, check)]
-
-
-def _count(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool]) -> list[CheckResult]:
-    """Every counter check of the lab; checks on one case share a profiler run, and the cases of
-    a repository's labs share one session (``batch``) where they can. A case the session did not
-    settle is profiled alone only once ``correct()`` says every correctness case passed (else the
-    checks are gated: none is returned)."""
-    profiles = counters.Profiles(sub.spec.counters)
-    if batch is not None:
-        requests: list[Request] = []
-        try:
-            requests = requests_of(sub, profiles)
-        finally:
-            batch.send(sub.spec.id, requests)
-        for key, run in batch.runs(sub.spec.id).items():
-            profiles.settle("student", key, run)
-    if any(("student", key) not in profiles.runs for key in profiles.metrics) and not correct():
-        return []
-    return [counters.grade(sub, check, profiles) for check in sub.spec.counters]
 
 
 def grade(

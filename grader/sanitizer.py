@@ -16,7 +16,8 @@ from pathlib import Path
 from . import toolchain
 from .correctness import tool_task
 from .outcome import GATE, CheckResult, Outcome, Stage
-from .runner import TOOL_LOG, Isolation, RunDirs, run_under_tool
+from .procgroup import Stop
+from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
 from .spec import LabSpec, SanitizerCheck, params_label
 from .submission import Submission
 from .textutil import cap_lines
@@ -42,6 +43,7 @@ class SanitizerRun:
     log: str = ""
     seconds: float = 0.0
     writes_outside: bool = False  # memcheck saw a store outside every global allocation
+    shared: int = 0  # the labs whose cases this run ran, where it was a repository's shared run
 
 
 GLOBAL_WRITE = "Invalid __global__ write"
@@ -96,18 +98,30 @@ def parse(text: str) -> tuple[int, list[str]]:
 def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: str,
         isolation: Isolation, stop: threading.Event | None = None) -> SanitizerRun:
     """Run one case task of the worker under ``compute-sanitizer --tool tool`` (killed once
-    ``stop`` is set).
+    ``stop`` is set)."""
+    return outcome(*run_tool(task, tool, dirs, time_limit_s, isolation, stop), time_limit_s, source_name)
+
+
+def run_tool(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, isolation: Isolation,
+             stop: Stop | None = None) -> tuple[ToolRun | None, str]:
+    """The worker's run of ``task`` under the tool (None, and why, where the tool is missing).
 
     Its report comes through a pipe only the grader reads; what the program printed is not
     evidence (a student could print a clean summary)."""
     exe = toolchain.find("compute-sanitizer")
     if exe is None:
-        return SanitizerRun(skipped="compute-sanitizer is not installed on this machine")
+        return None, "compute-sanitizer is not installed on this machine"
     cmd = [
         str(exe), "--tool", tool, *TOOL_FLAGS[tool], "--error-exitcode", str(ERROR_EXIT),
         "--print-limit", "20", "--log-file", TOOL_LOG,
     ]
-    result = run_under_tool(cmd, task, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"}, stop=stop)
+    return run_under_tool(cmd, task, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"}, stop=stop), ""
+
+
+def outcome(result: ToolRun | None, missing: str, time_limit_s: float, source_name: str) -> SanitizerRun:
+    """What a run under the tool found, the student's file named as they know it."""
+    if result is None:
+        return SanitizerRun(skipped=missing)
     text = _student_paths(result.log, source_name)
     if result.timed_out:
         return SanitizerRun(error=f"did not finish within {time_limit_s:g} s under compute-sanitizer and was killed",
@@ -132,13 +146,18 @@ def _student_paths(text: str, source_name: str) -> str:
 
 
 def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
-    """One sanitizer check of the submission: pass when the tool reports nothing."""
+    """One sanitizer check of the submission, run alone: pass when the tool reports nothing."""
     if sub.moot.is_set():  # a correctness case hung: the verdict would be gated anyway
         return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE)
     dirs = sub.tool_dirs(f"sanitizer-{check.id}")
     with RUNS_AT_ONCE:
         result = run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name,
                      sub.isolation, sub.moot)
+    return judge(sub, check, result)
+
+
+def judge(sub: Submission, check: SanitizerCheck, result: SanitizerRun) -> CheckResult:
+    """The check's verdict on what its run under the tool found."""
     if sub.moot.is_set():  # ... and this run was stopped for it
         return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE, duration_s=result.seconds)
     case = params_label(check.params)
@@ -149,6 +168,8 @@ def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
                            f"under compute-sanitizer {check.tool} ({case}): {result.error}", result.log,
                            duration_s=result.seconds)
     measured: dict[str, object] = {"errors": result.errors, "case": case, "seconds": round(result.seconds, 2)}
+    if result.shared:
+        measured["shared_run_labs"] = result.shared
     if result.writes_outside:
         measured["global_writes_outside"] = True
     if result.errors:

@@ -140,15 +140,15 @@ def test_a_case_the_session_left_is_profiled_alone_only_for_a_lab_whose_cases_al
     lab that failed one (its counter checks gated) or hung is not profiled again."""
     from types import SimpleNamespace
 
-    from grader import counters, grade
+    from grader import counters
     from grader.labs import find_lab
 
     spec = find_lab("tiled_matmul")
     graded: list[str] = []
-    monkeypatch.setattr(grade, "requests_of", lambda sub, profiles: [])
+    monkeypatch.setattr(counterbatch, "requests_of", lambda sub, profiles: [])
     monkeypatch.setattr(counters, "grade", lambda sub, check, profiles: graded.append(check.id))
     batch = ProfileBatch([spec.id])  # one lab: the session leaves it to be profiled alone
-    out = grade._count(SimpleNamespace(spec=spec), batch, lambda: correct)
+    out = counterbatch.counted(SimpleNamespace(spec=spec), batch, lambda: correct)
     assert graded == ([c.id for c in spec.counters] if correct else [])
     assert len(out) == (len(spec.counters) if correct else 0)
 

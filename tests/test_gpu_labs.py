@@ -237,3 +237,39 @@ def test_a_launcher_that_waits_for_the_gpu_is_timed_without_the_gate():
     assert waiting.timings["student"]["timed_behind_gate"] is False
     checks = {c.id: c for c in waiting.checks}
     assert checks["speed_vs_global_atomics"].outcome is Outcome.PASS, checks["speed_vs_global_atomics"].message
+
+
+@pytest.mark.gpu
+def test_a_repository_runs_each_sanitizer_once_for_its_labs_with_the_verdicts_of_each_alone(tmp_path):
+    """A student's labs share one compute-sanitizer process per tool. A clean shared run settles
+    every lab's check of that tool (memory_types, which has no counter checks, included); a run
+    that found anything is left to each lab's own run, so every verdict is the one the lab gets
+    graded alone: known sanitizer failures in two labs, references in the rest."""
+    from grader.repo import grade_repo, submission_path
+
+    wrong = {
+        "boundary_checks": ROOT / "labs" / "boundary_checks" / "solutions" / "wrong" / "write_past_end.cu",
+        "corner_turning": ROOT / "labs" / "corner_turning" / "solutions" / "wrong" / "no_barrier_one_warp.cu",
+    }
+    for lab_id in lab_ids():
+        target = submission_path(tmp_path, lab_id)
+        target.parent.mkdir(parents=True)
+        target.write_bytes(wrong.get(lab_id, find_lab(lab_id).files.reference).read_bytes())
+    options = GradeOptions(timing=False, counters=False)
+    together = {r.lab: {c.id: c for c in r.checks if c.stage.value == "sanitizer"} for r in grade_repo(tmp_path, options)}
+    alone = {lab_id: {c.id: c for c in grade(find_lab(lab_id), submission_path(tmp_path, lab_id), options).checks
+                      if c.stage.value == "sanitizer"} for lab_id in lab_ids()}
+    assert {lab: {cid: c.outcome for cid, c in checks.items()} for lab, checks in together.items()} == \
+           {lab: {cid: c.outcome for cid, c in checks.items()} for lab, checks in alone.items()}
+    assert any(c.outcome is Outcome.FAIL for c in together["boundary_checks"].values())
+    assert any(c.outcome is Outcome.FAIL for c in together["corner_turning"].values())
+    for lab_id in ("histogram", "memory_types", "tiled_matmul"):
+        for check in together[lab_id].values():
+            assert check.outcome is Outcome.PASS
+    # synccheck found nothing in any lab: its one shared run settled all five
+    shared = {lab: {cid: c.measured.get("shared_run_labs") for cid, c in checks.items()} for lab, checks in together.items()}
+    assert {shared[lab].get("synccheck_clean") for lab in lab_ids()} == {5}, shared
+    if LOG_DIR:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        (LOG_DIR / "sanitizer-shared.txt").write_text("\n".join(f"{lab} {cid} {c.outcome.value} {c.measured}"
+                                                                 for lab, checks in together.items() for cid, c in checks.items()))
