@@ -1,6 +1,6 @@
 """Wall time of grading a class, the GPU's busy fraction, and verdicts against grading each repository alone.
 
-    python benchmarks/grade_class_speed.py [--students 40] [--no-gpu] [--no-compare] [--warm] [--keep DIR] [-j N]
+    python benchmarks/grade_class_speed.py [--students 40] [--no-gpu] [--no-compare] [--warm] [--keep DIR] [-j N] [--batch N]
 
 Builds a class in a temporary folder: repositories of the five references, of known-wrong
 solutions (one lab wrong, the rest references), of the untouched stubs, with labs missing, with no
@@ -89,6 +89,7 @@ class BusySampler:
     def __init__(self, indices: list[int], period: float = 0.5) -> None:
         self.indices, self.period = indices, period
         self.samples: list[float] = []
+        self.memory: list[float] = []  # share of the GPU's memory in use
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -100,6 +101,8 @@ class BusySampler:
         while not self._stop.wait(self.period):
             for h in handles:
                 self.samples.append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+                info = pynvml.nvmlDeviceGetMemoryInfo(h)
+                self.memory.append(info.used / info.total if info.total else 0.0)
         pynvml.nvmlShutdown()
 
     def __enter__(self) -> "BusySampler":
@@ -138,10 +141,12 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def print_busy(samples: list[float]) -> None:
+def print_busy(sampler: BusySampler) -> None:
+    samples = sampler.samples
     busy = statistics.fmean(samples) if samples else 0.0
     active = sum(1 for s in samples if s > 0) / len(samples) if samples else 0.0
-    print(f"GPU busy: {busy:.0f}% mean NVML utilisation, some kernel running in {100 * active:.0f}% of {len(samples)} samples")
+    print(f"GPU busy: {busy:.0f}% mean NVML utilisation, some kernel running in {100 * active:.0f}% of {len(samples)} samples; "
+          f"GPU memory in use at most {max(sampler.memory, default=0.0):.0%}")
 
 
 def print_gate_waits(out: Path) -> None:
@@ -160,6 +165,7 @@ def main() -> int:
     p.add_argument("--warm", action="store_true", help="keep the build cache of GRADER_CACHE_DIR instead of an empty one")
     p.add_argument("--keep", type=Path, help="build the class and its results here (default: a temporary folder, removed)")
     p.add_argument("-j", "--jobs", type=int, help="CPU pool size (default: the CPU count)")
+    p.add_argument("--batch", type=int, default=ClassOptions.batch, help="students graded at once per GPU (default: %(default)s)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per student")
     args = p.parse_args()
     count = args.students or (20 if args.no_gpu else 40)
@@ -178,19 +184,19 @@ def main() -> int:
     slots = gpu_slots(options, None)
     print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; lanes: "
           f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {os.cpu_count()} CPUs; "
-          f"build cache {'warm' if args.warm else 'cold'}", flush=True)
+          f"build cache {'warm' if args.warm else 'cold'}; {args.batch} students at once per GPU", flush=True)
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
     try:
         with BusySampler([s.index for s in slots]) as sampler:
-            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs), Display(quiet=args.quiet))
+            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs, batch=args.batch), Display(quiet=args.quiet))
     except KeyboardInterrupt:
         wall = time.monotonic() - started
         done = len(list((out / plan.STUDENTS_DIR).glob("*/report.json")))
         print(f"\ninterrupted after {wall:.1f} s with {done} of {len(names)} repositories graded"
               + (f" ({wall / done:.2f} s each, the cold start included)" if done else ""))
         if slots:
-            print_busy(sampler.samples)
+            print_busy(sampler)
             print_gate_waits(out)
         return 130
     wall = time.monotonic() - started
@@ -198,7 +204,7 @@ def main() -> int:
     print(f"\ngraded {len(run.graded)} repositories in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "
           f"(each took {statistics.median(per):.1f} s median, {max(per):.1f} s at most, on its lane)")
     if slots:
-        print_busy(sampler.samples)
+        print_busy(sampler)
         print_gate_waits(out)
         print(f"target: {'met' if wall <= 480 and len(names) >= 40 else 'compare with'} <= 8 min for 40 repositories on one H100")
     else:

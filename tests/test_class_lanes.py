@@ -116,3 +116,105 @@ def test_a_lanes_progress_never_waits_for_the_scheduler_and_arrives_in_order():
     flushed = threading.Event()
     dead.put(flushed)
     assert flushed.wait(5)  # with the scheduler gone, a lane still never waits out its flush
+
+
+def test_each_build_is_one_task_for_the_class_and_the_first_students_come_first(tmp_path):
+    from grader.classroom.prepare import Builder
+    from grader.labs import find_lab
+
+    repos = tmp_path / "repos"
+    for sid, text in (("alice", None), ("bob", None), ("carol", "// carol's own\n")):
+        target = repos / sid / "labs" / LAB / "student.cu"
+        target.parent.mkdir(parents=True)
+        shutil.copy(find_lab(LAB).files.reference, target)
+        if text:
+            target.write_text(target.read_text() + text)
+    options = GradeOptions(gpu=False)
+    jobs = [plan.plan_student(s, [find_lab(LAB)], options, tmp_path / "out", tmp_path) for s in roster.from_folder(repos)]
+    builder = Builder(options, [("sm_90",)], baselines=True)
+    alice, bob, carol = (set(builder.tasks(job)) for job in jobs)
+    assert alice == bob  # the same file: the same builds, compiled once for both
+    assert len(carol - alice) == 1 and {k[1] for k in alice - carol} == {jobs[0].identity.files[f"labs/{LAB}/student.cu"]}
+    assert {k[1] for k in alice if k[1].startswith("baseline:")} == {f"baseline:{n}" for n in {"reference", *find_lab(LAB).files.baselines}}
+
+
+def test_builds_run_at_a_lower_priority_than_grading_and_what_they_start_inherits_it():
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grader.classroom import scheduler
+
+    def child_nice() -> int:
+        stat = subprocess.run(["cat", "/proc/self/stat"], capture_output=True, text=True).stdout
+        return int(stat[stat.rindex(")") + 2:].split()[16])
+
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with ThreadPoolExecutor(1, initializer=scheduler._lower_priority) as pool:
+        niced = pool.submit(child_nice).result()
+    assert niced >= scheduler.BUILD_NICENESS and niced > before
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before  # the grading thread keeps its priority
+
+
+def _report(outcomes):
+    from grader.outcome import CheckResult, LabReport, Outcome, Stage
+
+    checks = tuple(CheckResult(f"c{k}", Stage(stage), Outcome(outcome), 0, 1, "m") for k, (stage, outcome) in enumerate(outcomes))
+    return [LabReport(LAB, "t", "f.cu", checks)]
+
+
+def test_a_student_graded_beside_others_is_graded_again_alone_where_the_others_may_have_disturbed_them():
+    from grader.classroom.student import MEMORY_PRESSURE, disturbed
+
+    fine = _report([("compile", "error"), ("correctness", "fail"), ("sanitizer", "pass")])
+    assert disturbed(fine, None) == "" and disturbed(fine, MEMORY_PRESSURE - 0.01) == ""
+    assert "ended in an error" in disturbed(_report([("correctness", "error")]), 0.1)  # a time-out, a crash, no memory
+    assert "memory was 95% full" in disturbed(fine, 0.95)  # points lost when another student may have held the memory
+    assert disturbed(_report([("correctness", "pass"), ("speed", "skipped")]), 0.99) == ""  # nothing lost: nothing to redo
+
+
+def test_peak_watch_keeps_the_highest_reading_and_survives_a_failing_reader():
+    import time
+
+    from grader.classroom.health import PeakWatch
+
+    readings = iter([0.2, 0.9, 0.4])
+
+    def read():
+        value = next(readings, None)
+        if value is None:
+            raise RuntimeError("NVML went away")
+        return value
+
+    with PeakWatch(read, period_s=0.01) as watch:
+        time.sleep(0.1)
+    assert watch.value == 0.9
+    with PeakWatch(None) as none:
+        pass
+    assert none.value is None
+
+
+def test_students_graded_together_get_what_each_gets_alone_and_a_disturbed_one_is_regraded(tmp_path, monkeypatch):
+    from grader.classroom import student
+    from grader.labs import find_lab
+
+    repos = tmp_path / "repos"
+    for sid in ("alice", "bob"):
+        target = repos / sid / "labs" / LAB / "student.cu"
+        target.parent.mkdir(parents=True)
+        shutil.copy(find_lab(LAB).files.reference, target)
+    (repos / "nolabs").mkdir()
+    options = GradeOptions(gpu=False)
+    jobs = [plan.plan_student(s, [find_lab(LAB)], options, tmp_path / "out", tmp_path) for s in roster.from_folder(repos)]
+    lines: list[tuple[str, str]] = []
+    shared: list[int] = []
+    real_groups = student.grade_groups
+    monkeypatch.setattr(student, "grade_groups", lambda groups, *a, **k: shared.append(len(groups)) or real_groups(groups, *a, **k))
+    monkeypatch.setattr(student, "disturbed", lambda reports, peak: "a test says so")  # asked of the shared run only
+    results = student.grade_students(jobs, options, lambda sid: lambda m: lines.append((sid, m)), memory=lambda: 0.5)
+    assert [r.student for r in results] == ["alice", "bob", "nolabs"]
+    assert shared == [2, 1, 1]  # alice and bob together, then each again alone (the test called both disturbed)
+    assert ("alice", "graded again alone: a test says so") in lines and ("bob", "graded again alone: a test says so") in lines
+    assert results[0].score == results[1].score == 2 and not results[0].problems
+    assert "has no labs/ folder" in results[2].problems[0]
+    for sid in ("alice", "bob", "nolabs"):
+        assert json.loads((tmp_path / "out" / "students" / sid / "report.json").read_text())["identity"]["student"] == sid

@@ -8,8 +8,10 @@ hand them in.
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
+from typing import Callable
 
 from .. import sass
 from ..build import lab_build
@@ -19,6 +21,9 @@ from ..repo import submission_rel
 from ..spec import LabSpec
 from .plan import StudentJob
 
+#: A build: (lab, digest of the file or ``baseline:<name>``, archs).
+Build = tuple[str, str, tuple[str, ...]]
+
 
 class Builder:
     """Compiles for a class run; safe to share among threads."""
@@ -27,7 +32,6 @@ class Builder:
         self.options, self.archs, self.baselines = options, archs, baselines
         self.sandbox = sandbox_for(options)
         self._guard = threading.Lock()
-        self._locks: dict[tuple[str, str, tuple[str, ...]], threading.Lock] = {}
         self._specs: dict[str, LabSpec] = {}
 
     def spec(self, lab_id: str) -> LabSpec:
@@ -36,33 +40,31 @@ class Builder:
                 self._specs[lab_id] = find_lab(lab_id)
             return self._specs[lab_id]
 
-    def _lock(self, key: tuple[str, str, tuple[str, ...]]) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault(key, threading.Lock())
+    def _build(self, lab_id: str, source: Path, display: str | None, archs: tuple[str, ...]) -> None:
+        try:
+            result = lab_build(self.spec(lab_id), source, archs, self.options.cache_dir, display,
+                               self.sandbox if display is not None else None)
+            if result.ok and result.library is not None:
+                sass.inspect(result.library)
+        except Exception:
+            pass  # only a head start: grading meets the same problem and reports it
 
-    def _build(self, lab_id: str, source: Path, display: str | None, digest: str, archs: tuple[str, ...]) -> None:
-        with self._lock((lab_id, digest, archs)):
-            try:
-                result = lab_build(self.spec(lab_id), source, archs, self.options.cache_dir, display,
-                                   self.sandbox if display is not None else None)
-                if result.ok and result.library is not None:
-                    sass.inspect(result.library)
-            except Exception:
-                pass  # only a head start: grading meets the same problem and reports it
-
-    def prepare(self, job: StudentJob) -> None:
-        """Build one student's labs (and, the first time a lab is seen, its baselines)."""
+    def tasks(self, job: StudentJob) -> dict[Build, Callable[[], None]]:
+        """What one student's grading needs built: their files and their labs' baselines, by what
+        identifies the build (the same key, the same build: run it once for the whole class)."""
         if job.root is None:
-            return
+            return {}
+        out: dict[Build, Callable[[], None]] = {}
         for lab_id in job.labs:
             rel = submission_rel(lab_id)
             digest = job.identity.files.get(rel)
             if digest is None:  # missing, a link, too large: nothing to compile
                 continue
             for archs in self.archs:
-                self._build(lab_id, job.root / rel, rel, digest, archs)
-            if self.baselines:
-                spec = self.spec(lab_id)
-                for name in sorted({"reference", *spec.files.baselines}):
-                    for archs in self.archs:
-                        self._build(lab_id, spec.baseline_source(name), None, f"baseline:{name}", archs)
+                out[(lab_id, digest, archs)] = functools.partial(self._build, lab_id, job.root / rel, rel, archs)
+                if self.baselines:
+                    spec = self.spec(lab_id)
+                    for name in sorted({"reference", *spec.files.baselines}):
+                        out[(lab_id, f"baseline:{name}", archs)] = functools.partial(
+                            self._build, lab_id, spec.baseline_source(name), None, archs)
+        return out

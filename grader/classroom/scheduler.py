@@ -1,6 +1,7 @@
-"""Running a class over its lanes: a CPU pool compiles students ahead in roster order, and each
-lane takes the next student as soon as it is free (waiting for that student's builds only if
-the pool is behind). Results come back in roster order."""
+"""Running a class over its lanes: a CPU pool compiles students ahead in roster order (at a
+lower CPU priority than grading), and each lane takes the next students as soon as it is free
+(a GPU lane up to ``batch`` at once, a CPU lane one), waiting for their builds only if the pool
+is behind. Results come back in roster order."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ..options import GradeOptions
 from .gpus import GpuSlot
 from .lanes import GpuLane, Lane, ThreadLane
 from .plan import StudentJob
-from .prepare import Builder
+from .prepare import Build, Builder
 from .progress import Display
 from .student import StudentResult
 
@@ -24,11 +25,25 @@ def cpu_jobs(requested: int | None) -> int:
     return max(1, requested or os.cpu_count() or 1)
 
 
+#: How much lower the class's compilers run than its grading (nice values): nvcc on every core
+#: must not slow down the workers and profilers of the students being graded.
+BUILD_NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """Lower this build thread's CPU priority (Linux: per thread, and inherited by what it starts)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BUILD_NICENESS)
+    except (OSError, AttributeError):
+        pass
+
+
 class Scheduler:
     def __init__(self, options: GradeOptions, slots: list[GpuSlot], archs: list[tuple[str, ...]], display: Display,
-                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0) -> None:
+                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0,
+                 batch: int = 1) -> None:
         self.options, self.slots, self.display = options, slots, display
-        self.jobs = cpu_jobs(jobs)
+        self.jobs, self.batch = cpu_jobs(jobs), max(1, batch)
         self.builder = Builder(options, archs, baselines=bool(slots) and options.gpu)
         self.visibility, self.health_wait_s = visibility, health_wait_s
         self._events: Any = None
@@ -60,33 +75,45 @@ class Scheduler:
         lanes = self._lanes()
         self.display.begin(len(jobs), skipped, [lane.name for lane in lanes])
         results: list[StudentResult | None] = [None] * len(jobs)
-        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="class-build")
-        built: list[Future[None]] = [pool.submit(self.builder.prepare, job) for job in jobs]
+        pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="class-build", initializer=_lower_priority)
+        # one task per build, in roster order (the first students' builds come first), each build once
+        submitted: dict[Build, Future[None]] = {}
+        built: list[list[Future[None]]] = []
+        for job in jobs:
+            needs = self.builder.tasks(job)
+            for key, task in needs.items():
+                if key not in submitted:
+                    submitted[key] = pool.submit(task)
+            built.append([submitted[key] for key in needs])
         order = iter(range(len(jobs)))
         take = threading.Lock()
         stop = threading.Event()
         failures: list[BaseException] = []
 
         def lane_loop(lane: Lane) -> None:
+            size = self.batch if isinstance(lane, GpuLane) else 1
             while not stop.is_set():
                 with take:
-                    i = next(order, None)
-                if i is None:
+                    taken = [i for i in (next(order, None) for _ in range(size)) if i is not None]
+                if not taken:
                     return
-                job = jobs[i]
+                for future in (f for i in taken for f in built[i]):
+                    try:
+                        future.result()
+                    except Exception:
+                        pass  # grading meets the same problem and reports it
+                for i in taken:
+                    self.display.lane(lane.name, jobs[i].student.id, "starting")
                 try:
-                    built[i].result()
-                except Exception:
-                    pass  # grading meets the same problem and reports it
-                self.display.lane(lane.name, job.student.id, "starting")
-                try:
-                    results[i] = lane.run(job)
+                    done = lane.run([jobs[i] for i in taken])
                 except BaseException as exc:  # the lane itself broke: stop the class, keep what is done
                     failures.append(exc)
                     stop.set()
                     return
                 self.display.lane(lane.name, "", "idle")
-                self.display.finished(results[i])  # type: ignore[arg-type]
+                for i, result in zip(taken, done):
+                    results[i] = result
+                    self.display.finished(result)
 
         # the forwarder drains the lanes' events until every lane process has exited: a process
         # whose queue still holds events cannot exit before someone reads them
