@@ -118,13 +118,13 @@ def profile_together(requests: list[Request]) -> dict[tuple[str, CaseKey], Count
     return out
 
 
-class ProfileBatch(LabBatch[Request, CounterRun]):
+class ProfileBatch(LabBatch[Request, CaseKey, CounterRun]):
     """Collects the labs' requests; profiles them together once every lab has sent its own
     (none, for a lab that will not be profiled), then hands each lab its runs."""
 
     name = "counter-session"
 
-    def _together(self, requests: list[Request]) -> dict[tuple[str, CaseKey], CounterRun]:  # type: ignore[override]
+    def _together(self, requests: list[Request]) -> dict[tuple[str, CaseKey], CounterRun]:
         return profile_together(requests)
 
 

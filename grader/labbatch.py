@@ -14,10 +14,11 @@ class LabRequest(Protocol):
 
 
 R = TypeVar("R", bound=LabRequest)
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-class LabBatch(Generic[R, V]):
+class LabBatch(Generic[R, K, V]):
     """Collects the labs' requests and runs them with ``_together`` (once at least two labs sent
     some), which returns results keyed by (lab, key)."""
 
@@ -28,12 +29,12 @@ class LabBatch(Generic[R, V]):
         self._requests: list[R] = []
         self._lock = threading.Lock()
         self._done = threading.Event()
-        self._results: dict[tuple[str, Hashable], V] = {}
+        self._results: dict[tuple[str, K], V] = {}
         self._failure: BaseException | None = None
         if not self._open:
             self._done.set()
 
-    def _together(self, requests: list[R]) -> dict[tuple[str, Hashable], V]:
+    def _together(self, requests: list[R]) -> dict[tuple[str, K], V]:
         raise NotImplementedError
 
     def waiting_for(self) -> set[str]:
@@ -63,7 +64,7 @@ class LabBatch(Generic[R, V]):
         finally:
             self._done.set()
 
-    def runs(self, lab: str) -> Mapping[Hashable, V]:
+    def runs(self, lab: str) -> Mapping[K, V]:
         """``lab``'s results that the shared run settled (blocks until it ran)."""
         self._done.wait()
         if self._failure is not None:

@@ -95,13 +95,13 @@ def sanitize_together(requests: list[ToolRequest]) -> dict[tuple[str, str], Sani
     return out
 
 
-class SanitizerBatch(LabBatch[ToolRequest, SanitizerRun]):
+class SanitizerBatch(LabBatch[ToolRequest, str, SanitizerRun]):
     """Collects the labs' sanitizer cases; runs them one process per tool once every lab has sent
     its own (none, for a lab that runs no sanitizer), then hands each lab its settled runs."""
 
     name = "sanitizer-session"
 
-    def _together(self, requests: list[ToolRequest]) -> dict[tuple[str, str], SanitizerRun]:  # type: ignore[override]
+    def _together(self, requests: list[ToolRequest]) -> dict[tuple[str, str], SanitizerRun]:
         return sanitize_together(requests)
 
 

@@ -46,8 +46,11 @@ class ThreadLane(Lane):
         self.name, self.options, self.events, self.visibility = name, options, events, visibility
 
     def run(self, jobs: list[StudentJob]) -> list[StudentResult]:
-        return [grade_student(job, self.options, lambda m, sid=job.student.id: self.events(self.name, sid, m), None,
-                              self.visibility, self.name) for job in jobs]
+        return [grade_student(job, self.options, self._progress(job.student.id), None, self.visibility, self.name)
+                for job in jobs]
+
+    def _progress(self, sid: str) -> Callable[[str], None]:
+        return lambda message: self.events(self.name, sid, message)
 
 
 # ------------------------------------------------------------------ in the lane's own process

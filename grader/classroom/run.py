@@ -40,7 +40,7 @@ class ClassOptions:
     jobs: int | None = None  # CPU pool size (and CPU lanes without a GPU); default: the CPU count
     visibility: str = "visible"  # of the Gradescope tests
     health_wait_s: float = 60.0  # the longest a timing waits for a disturbed GPU
-    batch: int = 2  # students graded at once on each GPU (untimed stages overlap; timing stays one lab at a time)
+    batch: int = 1  # students graded at once on each GPU (untimed stages overlap; timing stays one lab at a time)
 
 
 @dataclass(frozen=True)

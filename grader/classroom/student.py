@@ -94,8 +94,8 @@ def grade_students(jobs: list[StudentJob], options: GradeOptions, progress_of: C
     peak = PeakWatch(memory)
     try:
         with peak:
-            for k, done in zip(shared, grade_groups([found[k] for k in shared], options, before_timing=gate)):  # type: ignore[misc]
-                reports[k] = done
+            for k, graded in zip(shared, grade_groups([found[k] for k in shared], options, before_timing=gate)):  # type: ignore[misc]
+                reports[k] = graded
     except Exception:  # a grader bug in the shared run: each student is graded alone, where it is theirs
         pass
     results = []
