@@ -1,6 +1,6 @@
 """Wall time of grading a class, the GPU's busy fraction, and verdicts against grading each repository alone.
 
-    python benchmarks/grade_class_speed.py [--students 40] [--no-gpu] [--no-compare] [--warm] [--keep DIR] [-j N] [--batch N]
+    python benchmarks/grade_class_speed.py [--students 40] [--no-gpu] [--no-compare] [--warm] [--keep DIR] [-j N]
 
 Builds a class in a temporary folder: repositories of the five references, of known-wrong
 solutions (one lab wrong, the rest references), of the untouched stubs, with labs missing, with no
@@ -165,7 +165,6 @@ def main() -> int:
     p.add_argument("--warm", action="store_true", help="keep the build cache of GRADER_CACHE_DIR instead of an empty one")
     p.add_argument("--keep", type=Path, help="build the class and its results here (default: a temporary folder, removed)")
     p.add_argument("-j", "--jobs", type=int, help="CPU pool size (default: the CPU count)")
-    p.add_argument("--batch", type=int, default=ClassOptions.batch, help="students graded at once per GPU (default: %(default)s)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per student")
     args = p.parse_args()
     count = args.students or (20 if args.no_gpu else 40)
@@ -184,12 +183,12 @@ def main() -> int:
     slots = gpu_slots(options, None)
     print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; lanes: "
           f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {os.cpu_count()} CPUs; "
-          f"build cache {'warm' if args.warm else 'cold'}; {args.batch} students at once per GPU", flush=True)
+          f"build cache {'warm' if args.warm else 'cold'}", flush=True)
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
     try:
         with BusySampler([s.index for s in slots]) as sampler:
-            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs, batch=args.batch), Display(quiet=args.quiet))
+            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs), Display(quiet=args.quiet))
     except KeyboardInterrupt:
         wall = time.monotonic() - started
         done = len(list((out / plan.STUDENTS_DIR).glob("*/report.json")))

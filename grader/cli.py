@@ -75,9 +75,6 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--shard", metavar="I/N", help="grade only the I-th of N slices of the class (1 <= I <= N); merge them with `merge`")
     k.add_argument("--gpus", metavar="all|none|0,1", help="GPUs to grade on, numbered as CUDA_VISIBLE_DEVICES leaves them (default: all)")
     k.add_argument("-j", "--jobs", type=int, metavar="N", help="compile processes ahead of the GPUs, and CPU lanes without one (default: CPU count)")
-    k.add_argument("--batch", type=int, default=ClassOptions.batch, metavar="N",
-                   help="students graded at once on each GPU: their correctness, sanitizer and profiler runs overlap, "
-                        "each lab is still timed alone (default: %(default)s; 1: one student at a time)")
     k.add_argument("--gradescope-visibility", choices=gradescope.VISIBILITIES, default="visible",
                    help="visibility of the tests in each results.json (default: %(default)s)")
     k.add_argument("--health-wait", type=_seconds, default=ClassOptions.health_wait_s, metavar="SECONDS",
@@ -259,12 +256,10 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
         raise GraderError("grade-class: give either a folder of student repositories or --roster CSV (one of them)")
     if args.jobs is not None and args.jobs < 1:
         raise GraderError(f"--jobs: expected a positive number, got {args.jobs}")
-    if args.batch < 1:
-        raise GraderError(f"--batch: expected a positive number, got {args.batch}")
     roster = load_roster(args.roster) if args.roster else roster_folder(args.class_dir)
     cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force,
                        parse_shard(args.shard) if args.shard else None, args.gpus, args.jobs,
-                       args.gradescope_visibility, args.health_wait, args.batch)
+                       args.gradescope_visibility, args.health_wait)
     run = grade_class(roster, _options(args), cls, class_display(args.quiet))
     troubled = [r for r in run.rows if r.problems]
     print(f"graded {len(run.graded)} students, kept {len(run.skipped)} already graded: {args.out}/grades.csv, "

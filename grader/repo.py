@@ -109,15 +109,6 @@ def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs
                 pass
 
 
-@dataclasses.dataclass(frozen=True)
-class Group:
-    """Submissions graded as one: a student's repository (``root``), or loose files (no root)."""
-
-    items: tuple[tuple[LabSpec, Path, str], ...]  # (spec, source, display name)
-    root: Path | None = None
-    progress: Progress = no_progress
-
-
 def grade_many(
     items: list[tuple[LabSpec, Path, str]],
     options: GradeOptions = GradeOptions(),
@@ -128,40 +119,25 @@ def grade_many(
 ) -> list[LabReport]:
     """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
 
-    With ``root`` (a student's repository), display names are paths inside it, a submission
-    reached through a link is refused, and the counter cases share one profiler session.
-    ``before_timing`` is asked before each lab that is timed. See :func:`grade_groups`.
-    """
-    return grade_groups([Group(tuple(items), root, progress)], options, window, before_timing)[0]
-
-
-def grade_groups(
-    groups: list[Group],
-    options: GradeOptions = GradeOptions(),
-    window: int | None = None,
-    before_timing: TimingGate | None = None,
-) -> list[list[LabReport]]:
-    """Grade every group's items, ``window`` items at a time (default: all), reports per group.
-
     Within a window every item is started (all at once, in threads), then all background runs
     are awaited, then each is timed in turn and scored beside the next one's timing: a profiler
-    or sanitizer never runs beside a timed call, only the grader's own checks on the CPU. Several
-    groups (students of a class) in one window overlap only their untimed stages; each group's
-    counter cases have a profiler session of their own (never two students' in one).
+    or sanitizer never runs beside a timed call, only the grader's own checks on the CPU.
+    With ``root`` (a student's repository), display names are paths inside it, a submission
+    reached through a link is refused, and the labs share one profiler session for their counter
+    cases and one compute-sanitizer process per tool.
+    ``before_timing`` is asked before each lab that is timed.
     """
-    flat = [(g, item) for g, group in enumerate(groups) for item in group.items]
-    reports: list[LabReport | None] = [None] * len(flat)
-    refused = [_unsafe(path, groups[g].root, display) for g, (_, path, display) in flat]
-    if len(flat) > 1:
-        for group in groups:
-            group.progress(f"compiling {len(group.items)} submissions and their baselines")
-        prebuild([item for (_, item), why in zip(flat, refused) if not why], options)
+    reports: list[LabReport | None] = [None] * len(items)
+    refused = [_unsafe(path, root, display) for _, path, display in items]
+    if len(items) > 1:
+        progress(f"compiling {len(items)} submissions and their baselines")
+        prebuild([item for item, why in zip(items, refused) if not why], options)
 
     def begin(i: int, shared: tuple[ProfileBatch, SanitizerBatch] | None) -> LabGrading | LabReport:
-        g, (spec, path, display) = flat[i]
+        spec, path, display = items[i]
         grading = None
         try:
-            grading = LabGrading(spec, path, options, groups[g].progress, display_name=display,
+            grading = LabGrading(spec, path, options, progress, display_name=display,
                                  batch=shared[0] if shared else None, sanitizers=shared[1] if shared else None)
             return grading.start()
         except Exception as exc:  # one submission's failure must not take down the others
@@ -171,25 +147,24 @@ def grade_groups(
                 batch.send(spec.id, [])
             return _crashed(spec, display, exc)
 
-    step = window or len(flat) or 1
-    for first in range(0, len(flat), step):
+    for first in range(0, len(items), window):
         todo = []
-        for i in range(first, min(first + step, len(flat))):
-            g, (spec, path, display) = flat[i]
+        for i in range(first, min(first + window, len(items))):
+            spec, path, display = items[i]
             why = refused[i]
             if why:
-                groups[g].progress(f"[{spec.id}] {display} {why}: the lab scores 0")
+                progress(f"[{spec.id}] {display} {why}: the lab scores 0")
                 reports[i] = _missing(spec, path, display, "" if why == "not found" else why)
             else:
                 todo.append(i)
         # the window's labs start together: their correctness cases, sanitizer and counter runs
         # overlap one another (none of them is timed), and the timing below waits for all of them
         # a student's labs share one profiler session and one sanitizer run per tool (never two students')
-        batches = {g: _sessions([flat[i][1][0].id for i in todo if flat[i][0] == g])
-                   for g in {flat[i][0] for i in todo} if groups[g].root is not None}
+        labs = [items[i][0].id for i in todo]
+        shared = (ProfileBatch(labs), SanitizerBatch(labs)) if root is not None else None
         started: list[tuple[int, LabGrading]] = []
         with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
-            for i, begun in zip(todo, pool.map(begin, todo, [batches.get(flat[i][0]) for i in todo])):
+            for i, begun in zip(todo, pool.map(begin, todo, [shared] * len(todo))):
                 if isinstance(begun, LabReport):
                     reports[i] = begun
                 else:
@@ -199,40 +174,27 @@ def grade_groups(
                 grading.wait()
             except Exception:
                 pass  # finish() reports it
-        _time_in_turn(started, reports, options, before_timing)
-    out: list[list[LabReport]] = [[] for _ in groups]
-    for (g, _), report in zip(flat, reports):
-        if report is not None:
-            out[g].append(report)
-    return out
-
-
-def _sessions(labs: list[str]) -> tuple[ProfileBatch, SanitizerBatch]:
-    return ProfileBatch(labs), SanitizerBatch(labs)
-
-
-def _time_in_turn(started: list[tuple[int, LabGrading]], reports: list[LabReport | None], options: GradeOptions,
-                  before_timing: TimingGate | None) -> None:
-    """Time each started lab alone, in turn; its timed output is checked on the CPU beside the
-    next lab's timing (the memory_types oracle alone takes 1.5-2.5 s)."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
-        scoring = []
-        for i, grading in started:
-            try:
-                note, asked = "", time.monotonic()
-                if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
-                    note = before_timing(grading.spec)
-                gate_s = time.monotonic() - asked
-                scoring.append((i, grading, note, gate_s, scorer.submit(grading.timed().report)))
-            except Exception as exc:
-                grading.close()
-                reports[i] = _crashed(grading.whole, grading.name, exc)
-        for i, grading, note, gate_s, future in scoring:
-            try:
-                reports[i] = after_gate(future.result(), note, gate_s)
-            except Exception as exc:
-                grading.close()
-                reports[i] = _crashed(grading.whole, grading.name, exc)
+        # each lab is timed alone, in turn; its timed output is checked on the CPU beside the
+        # next lab's timing (the memory_types oracle alone takes 1.5-2.5 s)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
+            scoring = []
+            for i, grading in started:
+                try:
+                    note, asked = "", time.monotonic()
+                    if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
+                        note = before_timing(grading.spec)
+                    gate_s = time.monotonic() - asked
+                    scoring.append((i, grading, note, gate_s, scorer.submit(grading.timed().report)))
+                except Exception as exc:
+                    grading.close()
+                    reports[i] = _crashed(grading.whole, grading.name, exc)
+            for i, grading, note, gate_s, future in scoring:
+                try:
+                    reports[i] = after_gate(future.result(), note, gate_s)
+                except Exception as exc:
+                    grading.close()
+                    reports[i] = _crashed(grading.whole, grading.name, exc)
+    return [r for r in reports if r is not None]
 
 
 def after_gate(report: LabReport, note: str, waited_s: float) -> LabReport:
@@ -263,12 +225,6 @@ def repo_labs(repo: Path, labs: list[str] | None = None) -> list[LabSpec]:
     return [find_lab(lab_id) for lab_id in (labs or lab_ids())]
 
 
-def repo_group(repo: Path, labs: list[str] | None = None, progress: Progress = no_progress) -> Group:
-    """The labs of ``repo`` (every lab, or those named) as one group (else a GraderError)."""
-    specs = repo_labs(repo, labs)
-    return Group(tuple((spec, submission_path(repo, spec.id), submission_rel(spec.id)) for spec in specs), repo, progress)
-
-
 def grade_repo(
     repo: Path,
     options: GradeOptions = GradeOptions(),
@@ -277,4 +233,6 @@ def grade_repo(
     before_timing: TimingGate | None = None,
 ) -> list[LabReport]:
     """Grade ``labs/<lab>/student.cu`` of every lab (or those named) in ``repo``: one report each."""
-    return grade_groups([repo_group(repo, labs, progress)], options, before_timing=before_timing)[0]
+    specs = repo_labs(repo, labs)
+    items = [(spec, submission_path(repo, spec.id), submission_rel(spec.id)) for spec in specs]
+    return grade_many(items, options, progress, window=len(items) or 1, root=repo, before_timing=before_timing)

@@ -314,14 +314,14 @@ def test_one_students_failure_never_stops_the_class(klass, tmp_path, monkeypatch
     shutil.copytree(klass / "repos" / "alice", repos / "buggy", ignore=shutil.ignore_patterns(".git"))
     (repos / "piped" / "labs" / "tiled_matmul").mkdir(parents=True)
     os.mkfifo(repos / "piped" / "labs" / "tiled_matmul" / "student.cu")  # would block a careless reader forever
-    real = student.grade_groups
+    real = student.grade_repo
 
-    def flaky(groups, *args, **kwargs):
-        if any(g.root is not None and g.root.name == "buggy" for g in groups):
+    def flaky(repo, *args, **kwargs):
+        if repo.name == "buggy":
             raise RuntimeError("a bug in the grader")
-        return real(groups, *args, **kwargs)
+        return real(repo, *args, **kwargs)
 
-    monkeypatch.setattr(student, "grade_groups", flaky)
+    monkeypatch.setattr(student, "grade_repo", flaky)
     monkeypatch.setenv("GRADER_LOG", str(tmp_path / "errors.log"))
     run = grade_class(roster.from_folder(repos), GradeOptions(gpu=False), ClassOptions(tmp_path / "out", ("tiled_matmul",)),
                       Display(quiet=True))

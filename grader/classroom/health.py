@@ -13,7 +13,6 @@ container) cannot be told apart and are left out.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -142,58 +141,3 @@ def lane_gate(index: int, max_wait_s: float) -> HealthGate | None:
     except Exception:
         return None
     return HealthGate(sampler, descendant_of(os.getpid()), max_wait_s)
-
-
-class PeakWatch:
-    """The highest value ``read()`` gave while the ``with`` block ran (sampled every ``period_s``;
-    None when nothing was read: no reader, or it always failed)."""
-
-    def __init__(self, read: Callable[[], float | None] | None, period_s: float = 0.2) -> None:
-        self.read, self.period_s = read, period_s
-        self.value: float | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _sample(self) -> None:
-        assert self.read is not None
-        try:
-            seen = self.read()
-        except Exception:
-            return
-        if seen is not None and (self.value is None or seen > self.value):
-            self.value = seen
-
-    def _run(self) -> None:
-        while True:
-            self._sample()
-            if self._stop.wait(self.period_s):
-                return
-
-    def __enter__(self) -> "PeakWatch":
-        if self.read is not None:
-            self._thread = threading.Thread(target=self._run, name="peak-watch", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._sample()
-
-
-def nvml_memory_in_use(index: int) -> Callable[[], float | None] | None:
-    """The share of GPU ``index``'s memory in use, read through NVML (None where it cannot be)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    except Exception:
-        return None
-
-    def share() -> float | None:
-        info = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        return float(info.used) / float(info.total) if info.total else None
-
-    return share

@@ -1,9 +1,7 @@
-"""Lanes: where students are graded. One lane per GPU, in a process of its own that sees only
-that GPU (``CUDA_VISIBLE_DEVICES``), holds the GPU's lock while it grades and asks the health gate
-before each timing; it takes a few students at a time, whose untimed stages overlap (each lab is
-still timed alone). Without a GPU, CPU lanes (threads) grade the checks that need none, one
-student each. A lane whose process dies grades that run's students again one by one in a fresh
-process, so only the student whose code took it down records the failure.
+"""Lanes: where students are graded, one at a time each. One lane per GPU, in a process of its
+own that sees only that GPU (``CUDA_VISIBLE_DEVICES``), holds the GPU's lock while it grades and
+asks the health gate before each timing; without a GPU, CPU lanes (threads) grade the checks that
+need none. A lane whose process dies records that student's failure and starts afresh.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from ..options import GradeOptions
 from . import gpulock, health
 from .gpus import GpuSlot
 from .plan import StudentJob
-from .student import StudentResult, grade_student, grade_students
+from .student import StudentResult, grade_student
 
 #: How long a lane waits for its student's progress to be sent on before returning the result.
 FLUSH_S = 5.0
@@ -32,7 +30,7 @@ Events = Callable[[str, str, str], None]
 class Lane:
     name = "cpu"
 
-    def run(self, jobs: list[StudentJob]) -> list[StudentResult]:
+    def run(self, job: StudentJob) -> StudentResult:
         raise NotImplementedError
 
     def close(self, wait: bool = True) -> None:
@@ -45,12 +43,9 @@ class ThreadLane(Lane):
     def __init__(self, name: str, options: GradeOptions, events: Events, visibility: str) -> None:
         self.name, self.options, self.events, self.visibility = name, options, events, visibility
 
-    def run(self, jobs: list[StudentJob]) -> list[StudentResult]:
-        return [grade_student(job, self.options, self._progress(job.student.id), None, self.visibility, self.name)
-                for job in jobs]
-
-    def _progress(self, sid: str) -> Callable[[str], None]:
-        return lambda message: self.events(self.name, sid, message)
+    def run(self, job: StudentJob) -> StudentResult:
+        sid = job.student.id
+        return grade_student(job, self.options, lambda m: self.events(self.name, sid, m), None, self.visibility, self.name)
 
 
 # ------------------------------------------------------------------ in the lane's own process
@@ -64,8 +59,7 @@ def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float) -> None:
     folder = gpulock.gpu_folder(slot.key)
     outbox: queues.SimpleQueue[Any] = queues.SimpleQueue()
     threading.Thread(target=_forward, args=(outbox, queue), name="lane-progress", daemon=True).start()
-    _LANE.update(slot=slot, outbox=outbox, folder=folder, gate=health.lane_gate(slot.index, health_wait_s),
-                 memory=health.nvml_memory_in_use(slot.index))
+    _LANE.update(slot=slot, outbox=outbox, folder=folder, gate=health.lane_gate(slot.index, health_wait_s))
 
 
 def _forward(outbox: queues.SimpleQueue[Any], queue: Any) -> None:
@@ -84,23 +78,23 @@ def _forward(outbox: queues.SimpleQueue[Any], queue: Any) -> None:
                 gone = True
 
 
-def _lane_grade(jobs: list[StudentJob], options: GradeOptions, visibility: str) -> list[StudentResult]:
+def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> StudentResult:
     slot: GpuSlot = _LANE["slot"]
     outbox = _LANE["outbox"]
+    sid = job.student.id
 
-    def progress_of(sid: str) -> Callable[[str], None]:
-        return lambda message: outbox.put((slot.lane, sid, message))
+    def progress(message: str) -> None:
+        outbox.put((slot.lane, sid, message))
 
     try:
         with gpulock.gpu_lock(_LANE["folder"]) as waited:
             if waited > 1:
-                for job in jobs:
-                    progress_of(job.student.id)(f"waited {waited:.0f} s for another grader on this GPU")
-            return grade_students(jobs, options, progress_of, _LANE["gate"], visibility, slot.lane, _LANE["memory"])
+                progress(f"waited {waited:.0f} s for another grader on this GPU")
+            return grade_student(job, options, progress, _LANE["gate"], visibility, slot.lane)
     finally:
         sent = threading.Event()
         outbox.put(sent)
-        sent.wait(FLUSH_S)  # the students' last lines reach the display before their results
+        sent.wait(FLUSH_S)  # the student's last lines reach the display before its result
 
 
 # ------------------------------------------------------------------ seen from the scheduler
@@ -117,19 +111,16 @@ class GpuLane(Lane):
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_lane_setup, initargs=(self.slot, self.queue, self.health_wait_s))
 
-    def run(self, jobs: list[StudentJob]) -> list[StudentResult]:
+    def run(self, job: StudentJob) -> StudentResult:
         try:
-            return self.pool.submit(_lane_grade, jobs, self.options, self.visibility).result()
+            return self.pool.submit(_lane_grade, job, self.options, self.visibility).result()
         except BrokenProcessPool:
             why = "the grading process died (killed, or out of memory) while grading this student"
         except Exception as exc:  # the lane could not run the job at all (it could not be sent, say)
             why = f"the lane on {self.name} failed: {type(exc).__name__}: {exc}"
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.pool = self._start()
-        if len(jobs) > 1:  # which of them took it down: each alone, in a fresh process
-            return [result for job in jobs for result in self.run([job])]
-        return [grade_student(dataclasses.replace(job, failure=why), self.options, visibility=self.visibility, lane=self.name)
-                for job in jobs]
+        return grade_student(dataclasses.replace(job, failure=why), self.options, visibility=self.visibility, lane=self.name)
 
     def close(self, wait: bool = True) -> None:
         """Stop the lane's process: after its student (``wait``), or at once (the run was interrupted)."""

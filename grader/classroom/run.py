@@ -40,7 +40,6 @@ class ClassOptions:
     jobs: int | None = None  # CPU pool size (and CPU lanes without a GPU); default: the CPU count
     visibility: str = "visible"  # of the Gradescope tests
     health_wait_s: float = 60.0  # the longest a timing waits for a disturbed GPU
-    batch: int = 1  # students graded at once on each GPU (untimed stages overlap; timing stays one lab at a time)
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
         skipped = tuple(j.student.id for j in jobs if j.student.id in current)
         archs: list[tuple[str, ...]] = [options.archs] if options.archs else sorted({(s.arch,) for s in slots})
         archs = archs or [default_archs()]
-        scheduler = Scheduler(options, slots, archs, display, cls.jobs, cls.visibility, cls.health_wait_s, cls.batch)
+        scheduler = Scheduler(options, slots, archs, display, cls.jobs, cls.visibility, cls.health_wait_s)
         graded = scheduler.run(todo, skipped=len(skipped))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -1,7 +1,6 @@
 """Running a class over its lanes: a CPU pool compiles students ahead in roster order (at a
-lower CPU priority than grading), and each lane takes the next students as soon as it is free
-(a GPU lane up to ``batch`` at once, a CPU lane one), waiting for their builds only if the pool
-is behind. Results come back in roster order."""
+lower CPU priority than grading), and each lane takes the next student as soon as it is free
+(waiting for that student's builds only if the pool is behind). Results come back in roster order."""
 
 from __future__ import annotations
 
@@ -40,10 +39,9 @@ def _lower_priority() -> None:
 
 class Scheduler:
     def __init__(self, options: GradeOptions, slots: list[GpuSlot], archs: list[tuple[str, ...]], display: Display,
-                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0,
-                 batch: int = 1) -> None:
+                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0) -> None:
         self.options, self.slots, self.display = options, slots, display
-        self.jobs, self.batch = cpu_jobs(jobs), max(1, batch)
+        self.jobs = cpu_jobs(jobs)
         self.builder = Builder(options, archs, baselines=bool(slots) and options.gpu)
         self.visibility, self.health_wait_s = visibility, health_wait_s
         self._events: Any = None
@@ -91,29 +89,26 @@ class Scheduler:
         failures: list[BaseException] = []
 
         def lane_loop(lane: Lane) -> None:
-            size = self.batch if isinstance(lane, GpuLane) else 1
             while not stop.is_set():
                 with take:
-                    taken = [i for i in (next(order, None) for _ in range(size)) if i is not None]
-                if not taken:
+                    i = next(order, None)
+                if i is None:
                     return
-                for future in (f for i in taken for f in built[i]):
+                job = jobs[i]
+                for future in built[i]:
                     try:
                         future.result()
                     except Exception:
                         pass  # grading meets the same problem and reports it
-                for i in taken:
-                    self.display.lane(lane.name, jobs[i].student.id, "starting")
+                self.display.lane(lane.name, job.student.id, "starting")
                 try:
-                    done = lane.run([jobs[i] for i in taken])
+                    results[i] = lane.run(job)
                 except BaseException as exc:  # the lane itself broke: stop the class, keep what is done
                     failures.append(exc)
                     stop.set()
                     return
                 self.display.lane(lane.name, "", "idle")
-                for i, result in zip(taken, done):
-                    results[i] = result
-                    self.display.finished(result)
+                self.display.finished(results[i])  # type: ignore[arg-type]
 
         # the forwarder drains the lanes' events until every lane process has exited: a process
         # whose queue still holds events cannot exit before someone reads them
