@@ -135,11 +135,7 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
     checks are gated: none is returned)."""
     profiles = counters.Profiles(sub.spec.counters)
     if batch is not None:
-        requests: list[Request] = []
-        try:
-            requests = requests_of(sub, profiles)
-        finally:
-            batch.send(sub.spec.id, requests)
+        batch.send_made(sub.spec.id, lambda: requests_of(sub, profiles))
         for key, run in batch.runs(sub.spec.id).items():
             profiles.settle("student", key, run)
     if any(("student", key) not in profiles.runs for key in profiles.metrics) and not correct():

@@ -166,7 +166,7 @@ class LabGrading:
         elif spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
             if self.sanitizer_batch is not None:
-                sanitizerbatch.send(self.sanitizer_batch, sub)
+                self.sanitizer_batch.send_made(spec.id, lambda: sanitizerbatch.requests_of(sub))
             for check in spec.sanitizers:
                 self._background(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch),
                                  (check.id,))

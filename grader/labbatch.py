@@ -5,7 +5,7 @@ the results settled for it. What the shared run does not settle, the lab runs al
 from __future__ import annotations
 
 import threading
-from typing import Generic, Hashable, Iterable, Mapping, Protocol, TypeVar
+from typing import Callable, Generic, Hashable, Iterable, Mapping, Protocol, TypeVar
 
 
 class LabRequest(Protocol):
@@ -55,6 +55,14 @@ class LabBatch(Generic[R, K, V]):
                 self._done.set()  # one lab: it runs as it would alone
             else:
                 threading.Thread(target=self._run, name=self.name, daemon=True).start()
+
+    def send_made(self, lab: str, make: Callable[[], list[R]]) -> None:
+        """``lab``'s requests as ``make()`` returns them; none where it raises (raised on, once sent)."""
+        requests: list[R] = []
+        try:
+            requests = make()
+        finally:
+            self.send(lab, requests)
 
     def _run(self) -> None:
         try:

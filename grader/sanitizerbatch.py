@@ -105,15 +105,6 @@ class SanitizerBatch(LabBatch[ToolRequest, str, SanitizerRun]):
         return sanitize_together(requests)
 
 
-def send(batch: SanitizerBatch, sub: Submission) -> None:
-    """Send the lab's sanitizer cases to the repository's shared runs (none if they cannot be written)."""
-    requests: list[ToolRequest] = []
-    try:
-        requests = requests_of(sub)
-    finally:
-        batch.send(sub.spec.id, requests)
-
-
 def grade(sub: Submission, check: SanitizerCheck, batch: SanitizerBatch | None) -> list[CheckResult]:
     """The check from the repository's shared run of its tool where that settled it, else run alone."""
     if batch is not None:

@@ -120,3 +120,16 @@ def test_a_lab_alone_or_a_broken_shared_run_leaves_the_checks_to_the_labs_own_ru
         id = "memcheck_clean"
 
     assert sanitizerbatch.grade(Sub(), Check(), batch) == ["alone"] and ran_alone == ["memcheck_clean"]
+
+
+def test_a_lab_whose_cases_cannot_be_written_sends_none_and_the_others_do_not_wait(tmp_path):
+    batch = SanitizerBatch(["a", "b"])
+
+    def broken() -> list[ToolRequest]:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        batch.send_made("a", broken)
+    assert batch.waiting_for() == {"b"}
+    batch.send_made("b", lambda: [_request("b", "memcheck", tmp_path)])
+    assert batch.runs("b") == {}  # one lab sent cases: it runs them alone
