@@ -53,6 +53,10 @@ RUNS_AT_ONCE = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
 _PREFIX = re.compile(r"^========= ?")
+#: Lines of a report kept as a finding; reports printed by a lab's own run.
+FINDING_LINES, PRINT_LIMIT = 5, 20
+#: What the tool prints where it left reports out (past ``--print-limit``).
+NOT_PRINTED = "were not printed"
 
 
 def parse(text: str) -> tuple[int, list[str]]:
@@ -64,6 +68,13 @@ def parse(text: str) -> tuple[int, list[str]]:
     else:
         summary = _SUMMARY.search(text)
         count = int(summary.group(1)) if summary else 0
+    findings = [f for f in report_blocks(text, FINDING_LINES) if not f.startswith(("Program hit", "Target application returned"))]
+    return count, findings
+
+
+def report_blocks(text: str, lines: int | None = None) -> list[str]:
+    """Each report of compute-sanitizer's output, its backtraces left out; at most ``lines``
+    lines of each (all of them by default)."""
     findings: list[str] = []
     block: list[str] = []
     skip_frames = False
@@ -87,12 +98,11 @@ def parse(text: str) -> tuple[int, list[str]]:
             continue
         if skip_frames or stripped.startswith("Host Frame"):
             continue
-        if block and len(block) < 5:
+        if block and (lines is None or len(block) < lines):
             block.append("  " + stripped)
     if block:
         findings.append("\n".join(block))
-    findings = [f for f in findings if not f.startswith(("Program hit", "Target application returned"))]
-    return count, findings
+    return findings
 
 
 def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: str,
@@ -103,8 +113,9 @@ def run(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, source_name: 
 
 
 def run_tool(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, isolation: Isolation,
-             stop: Stop | None = None) -> tuple[ToolRun | None, str]:
-    """The worker's run of ``task`` under the tool (None, and why, where the tool is missing).
+             stop: Stop | None = None, print_limit: int = PRINT_LIMIT) -> tuple[ToolRun | None, str]:
+    """The worker's run of ``task`` under the tool (None, and why, where the tool is missing),
+    printing at most ``print_limit`` reports.
 
     Its report comes through a pipe only the grader reads; what the program printed is not
     evidence (a student could print a clean summary)."""
@@ -113,7 +124,7 @@ def run_tool(task: Task, tool: str, dirs: RunDirs, time_limit_s: float, isolatio
         return None, "compute-sanitizer is not installed on this machine"
     cmd = [
         str(exe), "--tool", tool, *TOOL_FLAGS[tool], "--error-exitcode", str(ERROR_EXIT),
-        "--print-limit", "20", "--log-file", TOOL_LOG,
+        "--print-limit", str(print_limit), "--log-file", TOOL_LOG,
     ]
     return run_under_tool(cmd, task, dirs, time_limit_s, isolation, extra_env={"GRADER_NO_POOL": "1"}, stop=stop), ""
 

@@ -106,6 +106,10 @@ def cap_lines(text: str, max_lines: int, max_chars: int = 8000) -> str:
     return out
 
 
+#: What marks the place where ``CappedOutput`` left output out.
+OMITTED = "bytes of output omitted]"
+
+
 class CappedOutput:
     """A program's output kept within bounds: the first ``head`` and last ``tail`` bytes."""
 
@@ -131,7 +135,7 @@ class CappedOutput:
         return self.total - len(self.head) - len(self.tail)
 
     def omitted_note(self) -> str:
-        return f"[... {self.omitted:,} bytes of output omitted]" if self.omitted > 0 else ""
+        return f"[... {self.omitted:,} {OMITTED}" if self.omitted > 0 else ""
 
     def text(self) -> str:
         middle = f"\n{self.omitted_note()}\n" if self.omitted > 0 else ""

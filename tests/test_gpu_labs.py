@@ -242,9 +242,10 @@ def test_a_launcher_that_waits_for_the_gpu_is_timed_without_the_gate():
 @pytest.mark.gpu
 def test_a_repository_runs_each_sanitizer_once_for_its_labs_with_the_verdicts_of_each_alone(tmp_path):
     """A student's labs share one compute-sanitizer process per tool. A clean shared run settles
-    every lab's check of that tool (memory_types, which has no counter checks, included); a run
-    that found anything is left to each lab's own run, so every verdict is the one the lab gets
-    graded alone: known sanitizer failures in two labs, references in the rest."""
+    every lab's check of that tool (memory_types, which has no counter checks, included); a lab
+    that a report names is left to its own run, and the labs a broken context left unreached share
+    a second run, so every verdict is the one the lab gets graded alone: known sanitizer failures
+    in two labs, references in the rest."""
     from grader.repo import grade_repo, submission_path
 
     wrong = {
@@ -269,6 +270,12 @@ def test_a_repository_runs_each_sanitizer_once_for_its_labs_with_the_verdicts_of
     # synccheck found nothing in any lab: its one shared run settled all five
     shared = {lab: {cid: c.measured.get("shared_run_labs") for cid, c in checks.items()} for lab, checks in together.items()}
     assert {shared[lab].get("synccheck_clean") for lab in lab_ids()} == {5}, shared
+    # racecheck named corner_turning's kernel only: its one run settled the four others
+    assert shared["corner_turning"]["racecheck_clean"] is None, shared
+    assert {shared[lab]["racecheck_clean"] for lab in lab_ids() if lab != "corner_turning"} == {5}, shared
+    # memcheck's first run broke its context in boundary_checks (the first lab): the four after it shared a second run
+    assert shared["boundary_checks"]["memcheck_clean"] is None, shared
+    assert {shared[lab]["memcheck_clean"] for lab in lab_ids() if lab != "boundary_checks"} == {4}, shared
     if LOG_DIR:
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         (LOG_DIR / "sanitizer-shared.txt").write_text("\n".join(f"{lab} {cid} {c.outcome.value} {c.measured}"

@@ -1,6 +1,6 @@
 """A student's sanitizer cases of several labs run one process per tool: what a shared run
-settles (only a clean one, every case run) and what it leaves to each lab's own run. Real shared
-runs on a GPU are in tests/test_gpu_labs.py."""
+settles (a lab whose case ran clean, every report naming another lab's kernel) and what it leaves
+to each lab's own run. Real shared runs on a GPU are in tests/test_gpu_labs.py."""
 
 from __future__ import annotations
 
@@ -20,18 +20,23 @@ FOUND = ("========= COMPUTE-SANITIZER\n========= Invalid __global__ write of siz
          "=========     at k(float *)+0x730 in student.cu:23\n========= \n========= ERROR SUMMARY: 3 errors\n")
 
 
-def _request(lab: str, tool: str, tmp: Path, check: str | None = None) -> ToolRequest:
+def _request(lab: str, tool: str, tmp: Path, check: str | None = None, kernels: tuple[str, ...] = ()) -> ToolRequest:
     dirs = RunDirs(tmp / lab / "in", tmp / lab / "out")
     task = case_task(str(tmp / lab / "lib.so"), {"name": "f", "args": []}, {}, {}, str(dirs.outbox), memcpy_only=True)
     return ToolRequest(lab, check or f"{tool}_clean", tool, task, dirs, Isolation(Sandbox(None, reason="test"), read_only=(tmp / lab,)),
-                       10.0, threading.Event())
+                       10.0, threading.Event(), frozenset(kernels or (f"{lab}_kernel",)))
 
 
-def _tool(monkeypatch, returncode: int | None, log: str, results: list | None, calls: list | None = None) -> None:
-    def fake(task, tool, dirs, limit, isolation, stop=None):
+def _tool(monkeypatch, returncode: int | None, log: str, results: list | None, calls: list | None = None,
+          later: list[tuple[int | None, str, list | None]] = ()) -> None:
+    """compute-sanitizer's runs: the first as given, then each of ``later`` in turn."""
+    runs = [(returncode, log, results), *later]
+
+    def fake(task, tool, dirs, limit, isolation, stop=None, print_limit=sanitizer.PRINT_LIMIT):
         if calls is not None:
-            calls.append((tool, task, limit, isolation))
-        return ToolRun(returncode, log, "", None if results is None else {"status": "ok", "results": results}, 2.5), ""
+            calls.append((tool, task, limit, isolation, print_limit))
+        code, text, replies = runs.pop(0)
+        return ToolRun(code, text, "", None if replies is None else {"status": "ok", "results": replies}, 2.5), ""
     monkeypatch.setattr(sanitizer, "run_tool", fake)
 
 
@@ -42,22 +47,104 @@ def test_a_clean_shared_run_settles_every_labs_check_of_its_tool(monkeypatch, tm
     out = sanitize_together([a, b])
     assert set(out) == {("a", "memcheck_clean"), ("b", "memcheck_clean")}
     assert all(run.errors == 0 and not run.error and run.shared == 2 and run.seconds == 2.5 for run in out.values())
-    (tool, task, limit, isolation), = calls
+    (tool, task, limit, isolation, print_limit), = calls
     assert tool == "memcheck" and task["kind"] == Kind.MARKED.value and task["tasks"] == [a.task, b.task]
     assert limit == 20.0  # the cases' limits added up: they run one after the other
+    assert print_limit == sanitizerbatch.SHARED_PRINT_LIMIT > sanitizer.PRINT_LIMIT
     assert set(isolation.read_only) == {tmp_path / "a", tmp_path / "b"}  # both labs' files, no more
 
 
 @pytest.mark.parametrize("returncode,log,results", [
-    (sanitizer.ERROR_EXIT, FOUND, [{"status": "ok"}, {"status": "ok"}]),  # a report: whose, the labs' own runs say
-    (0, CLEAN, [{"status": "ok"}, {"status": "cuda_error", "error": "unspecified launch failure"}]),  # a case failed
-    (0, CLEAN, [{"status": "ok"}]),  # a case not run (the context broke before it)
+    (sanitizer.ERROR_EXIT, FOUND, [{"status": "ok"}, {"status": "ok"}]),  # a report naming no lab's kernel
     (None, "", None),  # killed at the limit, or stopped
     (-9, "", None),  # the process died
 ])
 def test_a_shared_run_that_is_not_clean_settles_nothing(monkeypatch, tmp_path, returncode, log, results):
     _tool(monkeypatch, returncode, log, results)
     assert sanitize_together([_request("a", "racecheck", tmp_path), _request("b", "racecheck", tmp_path)]) == {}
+
+
+def _report(kernel: str, what: str = "Invalid __global__ write of size 4 bytes") -> str:
+    return (f"========= {what}\n=========     at {kernel}(const float *, float *, int)+0x730 in student.cu:23\n"
+            "=========     by thread (0,0,0) in block (0,0,0)\n=========     Saved host backtrace up to driver entry point\n"
+            "=========         Host Frame: run_case in main.py:30\n========= \n")
+
+
+def _log(*reports: str, summary: str = "========= ERROR SUMMARY: 3 errors\n") -> str:
+    return "========= COMPUTE-SANITIZER\n" + "".join(reports) + summary
+
+
+OK = {"status": "ok"}
+BROKE = {"status": "cuda_error", "error": "cudaErrorLaunchFailure: unspecified launch failure", "sticky": True}
+
+
+def test_a_lab_whose_kernels_no_report_names_is_settled_and_the_one_named_is_left_to_its_own_run(monkeypatch, tmp_path):
+    race = ("========= Error: Race reported between Write access at b_kernel(int *)+0xa0 in student.cu:3\n"
+            "=========     and Read access at b_kernel(int *)+0xb0 in student.cu:4 [128 hazards]\n========= \n")
+    _tool(monkeypatch, sanitizer.ERROR_EXIT, _log(race, summary="========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n"),
+          [OK, OK, OK])
+    out = sanitize_together([_request(lab, "racecheck", tmp_path) for lab in "abc"])
+    assert set(out) == {("a", "racecheck_clean"), ("c", "racecheck_clean")}
+    assert all(run.errors == 0 and run.shared == 3 for run in out.values())
+
+
+def test_the_labs_a_broken_context_left_unreached_share_a_run_again(monkeypatch, tmp_path):
+    calls: list = []
+    hit = '========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA API call to cudaDeviceSynchronize.\n'
+    _tool(monkeypatch, sanitizer.ERROR_EXIT, _log(_report("a_kernel"), _report("a_kernel"), hit), [BROKE], calls,
+          later=[(0, CLEAN, [OK, OK])])
+    requests = [_request(lab, "memcheck", tmp_path) for lab in "abc"]
+    out = sanitize_together(requests)
+    assert set(out) == {("b", "memcheck_clean"), ("c", "memcheck_clean")}  # a: its own run says what it did
+    assert [c[1]["tasks"] for c in calls] == [[r.task for r in requests], [requests[1].task, requests[2].task]]
+    assert {run.shared for run in out.values()} == {2}
+
+
+def test_a_failed_case_is_left_to_its_own_run_and_one_lab_unreached_runs_alone(monkeypatch, tmp_path):
+    calls: list = []
+    _tool(monkeypatch, 0, CLEAN, [OK, {"status": "cuda_error", "error": "cudaErrorInvalidValue: invalid argument"}], calls)
+    out = sanitize_together([_request(lab, "memcheck", tmp_path) for lab in "abc"])
+    assert set(out) == {("a", "memcheck_clean")} and len(calls) == 1  # c, not reached, is one lab: alone
+
+
+def test_a_run_stopped_for_a_lab_that_hangs_is_shared_again_by_the_others(monkeypatch, tmp_path):
+    requests = [_request(lab, "synccheck", tmp_path) for lab in "abc"]
+    calls: list = []
+    _tool(monkeypatch, None, "", None, calls, later=[(0, CLEAN, [OK, OK])])
+    requests[1].stop.set()  # b's correctness case hung: the shared run was stopped for it
+    out = sanitize_together(requests)
+    assert set(out) == {("a", "synccheck_clean"), ("c", "synccheck_clean")}
+    assert calls[1][1]["tasks"] == [requests[0].task, requests[2].task]
+
+
+@pytest.mark.parametrize("log,results", [
+    (_log(_report("atomicAdd")), [OK, OK]),  # a device function's name: whose kernel called it?
+    (_log(_report("a_kernel"), summary="========= ERROR SUMMARY: 30 errors\n========= ERROR SUMMARY: 29 errors were not printed. "
+                                       "Use --print-limit option to adjust the number of printed errors\n"), [OK, OK]),
+    (_log(_report("a_kernel"), "[... 1,234 bytes of output omitted]\n", _report("a_kernel")), [OK, OK]),  # the log was cut
+    (_log('========= Program hit cudaErrorInvalidValue (error 1) due to "invalid argument" on CUDA API call to cudaMemcpy.\n'),
+     [OK, OK]),  # a failed call that no broken context explains
+    (_log(summary="========= ERROR SUMMARY: 2 errors\n"), [OK, OK]),  # errors counted, none printed
+])
+def test_a_report_that_cannot_be_told_apart_settles_nothing(monkeypatch, tmp_path, log, results):
+    _tool(monkeypatch, sanitizer.ERROR_EXIT, log, results)
+    assert sanitize_together([_request("a", "memcheck", tmp_path), _request("b", "memcheck", tmp_path)]) == {}
+
+
+def test_a_kernel_name_two_labs_share_leaves_both_to_their_own_runs(monkeypatch, tmp_path):
+    _tool(monkeypatch, sanitizer.ERROR_EXIT, _log(_report("tiled")), [OK, OK, OK])
+    requests = [_request("a", "memcheck", tmp_path, kernels=("tiled",)), _request("b", "memcheck", tmp_path, kernels=("tiled", "b2")),
+                _request("c", "memcheck", tmp_path)]
+    assert set(sanitize_together(requests)) == {("c", "memcheck_clean")}
+
+
+@pytest.mark.parametrize("ptxas,sanitizer_name", [
+    ("matmul(const float*, const float*, float*, int)", "matmul(const float *, const float *, float *, int)"),
+    ("void tiled<16>(float*, int)", "tiled<16>(float *, int)"),
+    ("histogram_kernel", "histogram_kernel"),
+])
+def test_kernel_names_from_ptxas_and_from_the_sanitizer_agree(ptxas, sanitizer_name):
+    assert sanitizerbatch.kernel_name(ptxas) == sanitizerbatch.kernel_name(sanitizer_name)
 
 
 def test_no_sanitizer_here_is_the_same_for_every_lab(monkeypatch, tmp_path):
