@@ -39,6 +39,36 @@ def kill_together(*those: Killable) -> None:
         thread.join()
 
 
+class Teardowns:
+    """Workers being ended in the background, by GPU: a lab's timing opens (nothing timed yet)
+    while the previous lab's workers exit and release their CUDA contexts, and waits for them
+    before its first timed call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[threading.Thread]] = {}
+
+    def start(self, gpu: str, *those: Killable) -> None:
+        """End ``those`` together, in the background."""
+        thread = threading.Thread(target=kill_together, args=those, name="teardown")
+        with self._lock:
+            self._pending.setdefault(gpu, []).append(thread)
+        thread.start()
+
+    def wait(self, gpu: str) -> None:
+        """Block until every worker being ended on ``gpu`` is gone."""
+        with self._lock:
+            threads = list(self._pending.get(gpu, ()))
+        for thread in threads:
+            thread.join()
+        with self._lock:
+            self._pending[gpu] = [t for t in self._pending.get(gpu, ()) if t.is_alive()]
+
+
+#: The grader's workers being ended (one registry for the process: a GPU's timings take turns).
+TEARDOWNS = Teardowns()
+
+
 class AnyOf:
     """Set once any of ``events`` is."""
 

@@ -21,6 +21,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +174,7 @@ class WorkerSession:
         self.starts = 0
         self.ready = False
         self.output = CappedOutput(OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES)
+        self._ending = threading.RLock()  # a timed lab's workers end in the background, and again at its close
 
     def spawn(self) -> None:
         """Start the worker without waiting for it (it gets ready while the caller goes on)."""
@@ -344,41 +346,37 @@ class WorkerSession:
         self.close()
 
     def kill(self, wait_s: float = 10.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            kill_group(self.proc.pid)
-            try:
-                self.proc.wait(wait_s)
-            except subprocess.TimeoutExpired:
-                pass  # still releasing the GPU: the next task starts a new worker regardless
-        self.close()
+        with self._ending:
+            if self.proc is not None and self.proc.poll() is None:
+                kill_group(self.proc.pid)
+                try:
+                    self.proc.wait(wait_s)
+                except subprocess.TimeoutExpired:
+                    pass  # still releasing the GPU: the next task starts a new worker regardless
+            self.close()
 
     def close(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None and self._send(QUIT):
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    kill_group(self.proc.pid)
-            if self.proc.stdout is not None:
-                try:
-                    self.proc.stdout.close()
-                except OSError:
-                    pass
-            kill_group(self.proc.pid)  # anything the student left behind in the group
-            self.proc = None
-        if self.tasks is not None:
-            os.close(self.tasks)
-            self.tasks = None
-        if self.rfd is not None:
-            os.close(self.rfd)
-            self.rfd = None
-        self.outfd = None
-
-    def __enter__(self) -> "WorkerSession":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
+        with self._ending:
+            if self.proc is not None:
+                if self.proc.poll() is None and self._send(QUIT):
+                    try:
+                        self.proc.wait(10)
+                    except subprocess.TimeoutExpired:
+                        kill_group(self.proc.pid)
+                if self.proc.stdout is not None:
+                    try:
+                        self.proc.stdout.close()
+                    except OSError:
+                        pass
+                kill_group(self.proc.pid)  # anything the student left behind in the group
+                self.proc = None
+            if self.tasks is not None:
+                os.close(self.tasks)
+                self.tasks = None
+            if self.rfd is not None:
+                os.close(self.rfd)
+                self.rfd = None
+            self.outfd = None
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,12 @@ from typing import Any
 from .compare import compare
 from .correctness import failure_from_task, output_limit
 from .outcome import CheckResult, Outcome, Stage, partial_credit
-from .procgroup import kill_together
+from .procgroup import TEARDOWNS
 from .runner import WorkerSession
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission
-from .timing import CLOSING_FOLDER, TOO_SLOW_FACTOR, Measurement, SampleFailed, measure, summarize
+from .timing import CLOSING_FOLDER, TOO_SLOW_FACTOR, Measurement, SampleFailed, gpu_of, measure, summarize
 from .worker import expr
 
 #: A timed array the worker saves for the grader's check is read up to this size.
@@ -27,7 +27,8 @@ def _all(bench: Benchmark, outcome: Outcome, message: str, details: str = "") ->
 
 def measured(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement | list[CheckResult]:
     """The timing, the GPU's part: a measurement, or the speed checks' errors where the student's
-    kernel could not be timed. Both workers are ended, so the GPU is free for the next lab."""
+    kernel could not be timed. Both workers are ended, in the background: the next lab's timing
+    opens meanwhile and waits for them to be gone before its first timed call."""
     bench = sub.spec.benchmark
     assert bench is not None
     try:
@@ -38,7 +39,7 @@ def measured(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSes
         failure = failure_from_task(failed.result, "timing", Stage.SPEED, 0)
         return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details)
     finally:  # both free their GPU memory before anything else is timed (the student's has done its part)
-        kill_together(baselines_worker, worker)
+        TEARDOWNS.start(gpu_of(sub), baselines_worker, worker)
 
 
 def scored(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[CheckResult], dict[str, Any]]:

@@ -12,7 +12,9 @@ from typing import Any, Callable
 
 from .build import baseline_library
 from .correctness import launcher_spec
+from .gpu import gpu_key
 from .options import secret_seed
+from .procgroup import TEARDOWNS
 from .runner import TaskResult, WorkerSession
 from .spec import Timing
 from .submission import Submission
@@ -179,6 +181,15 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
             raise SampleFailed(who, result)
         return result
 
+    def opened(who: str, task: Task) -> TaskResult:
+        try:
+            return call(who, task)
+        except SampleFailed as failed:
+            if failed.result.status != Status.OUT_OF_MEMORY.value:
+                raise
+            TEARDOWNS.wait(gpu)  # the previous lab's workers, still ending, held the memory
+            return call(who, task)
+
     def opening(libraries: dict[str, str], copy: bool) -> Task:
         return timing_open(libraries, launcher_spec(spec), dict(bench.params), str(spec.files.problem), seed, copy)
 
@@ -200,11 +211,14 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
             raise _FarTooSlow
 
     marks = [time.monotonic()]  # the start and end of each phase
-    # both workers generate the inputs and set up at once (nothing is timed yet)
+    # both workers generate the inputs and set up at once (nothing is timed yet), while the
+    # previous lab's workers end; nothing is timed before they are gone
+    gpu = gpu_of(sub)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
-        student_open = pool.submit(call, "student", opening({"student": str(sub.library)}, False))
-        m.device = call(baselines[0], opening(libs, True)).data["device"]
+        student_open = pool.submit(opened, "student", opening({"student": str(sub.library)}, False))
+        m.device = opened(baselines[0], opening(libs, True)).data["device"]
         student_open.result()
+    TEARDOWNS.wait(gpu)
     marks.append(time.monotonic())
     try:
         try:
@@ -220,6 +234,11 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
     m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
                                       [(m.walls[b], m.trips[b]) for b in baselines])
     return m
+
+
+def gpu_of(sub: Submission) -> str:
+    """The key of the GPU ``sub`` is graded on, by which its timings take turns ("" if unknown)."""
+    return gpu_key(sub.gpu.uuid) if sub.gpu is not None else ""
 
 
 def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None], cfg: Timing) -> None:

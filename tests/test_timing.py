@@ -35,12 +35,18 @@ class _TimingWorker:
         self.samples = []  # (library, gated) of every timed call
         self.delays = {}  # seconds each task of a kind takes
         self.fails_to_open = False
+        self.out_of_memory = 0  # opens that fail for want of GPU memory
+        self.events = []  # (kind, time) of every task
 
     def run(self, task, limit):
         time.sleep(self.delays.get(task["kind"], 0.0))
+        self.events.append((task["kind"], time.monotonic()))
         if task["kind"] == Kind.TIMING_OPEN.value:
             if self.fails_to_open:
                 return TaskResult("crashed", {}, reason="the worker died")
+            if self.out_of_memory:
+                self.out_of_memory -= 1
+                return TaskResult("out_of_memory", {}, reason="out of memory")
             return TaskResult("ok", {"device": {"name": "test"}})
         if task["kind"] == Kind.TIMING_SAMPLE.value:
             loading = all(lib != task["lib"] for lib, _ in self.samples)
@@ -54,7 +60,7 @@ def _measure(tmp_path, monkeypatch, student_gate=None):
     monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
     spec = find_lab("tiled_matmul")
     deadline = time.monotonic() + 60
-    sub = SimpleNamespace(spec=spec, secret="s", archs=("sm_90",), cache_dir=tmp_path, library=tmp_path / "student.so",
+    sub = SimpleNamespace(spec=spec, secret="s", archs=("sm_90",), cache_dir=tmp_path, library=tmp_path / "student.so", gpu=None,
                           time_left=lambda limit=math.inf: max(0.0, min(limit, deadline - time.monotonic())))
     student = _TimingWorker(tmp_path, {"student": student_gate} if student_gate else None)
     baselines = _TimingWorker(tmp_path)
@@ -83,7 +89,7 @@ def test_a_gate_that_does_not_hold_for_the_student_ends_the_gate_for_every_kerne
 def test_the_measurement_says_how_long_opening_sampling_and_closing_took(tmp_path, monkeypatch):
     monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
     spec = find_lab("histogram")
-    sub = SimpleNamespace(spec=spec, secret="s", archs=("sm_90",), cache_dir=tmp_path, library=tmp_path / "student.so",
+    sub = SimpleNamespace(spec=spec, secret="s", archs=("sm_90",), cache_dir=tmp_path, library=tmp_path / "student.so", gpu=None,
                           time_left=lambda limit=math.inf: 60.0)
     student, baselines = _TimingWorker(tmp_path), _TimingWorker(tmp_path)
     baselines.delays[Kind.TIMING_OPEN.value] = 0.2
@@ -100,7 +106,7 @@ def test_the_measurement_says_how_long_opening_sampling_and_closing_took(tmp_pat
 def test_a_worker_that_fails_to_open_its_timing_is_named(tmp_path, monkeypatch, failing):
     monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
     sub = SimpleNamespace(spec=find_lab("tiled_matmul"), secret="s", archs=("sm_90",), cache_dir=tmp_path,
-                          library=tmp_path / "student.so", time_left=lambda limit=math.inf: 60.0)
+                          library=tmp_path / "student.so", time_left=lambda limit=math.inf: 60.0, gpu=None)
     workers = {"student": _TimingWorker(tmp_path), "baselines": _TimingWorker(tmp_path)}
     workers[failing].fails_to_open = True
     with pytest.raises(timing.SampleFailed) as raised:
@@ -124,3 +130,60 @@ def test_the_workers_of_a_timed_lab_are_killed_at_once():
     sessions = (Session(), Session())
     kill_together(*sessions)
     assert set(killed) == set(sessions)
+
+
+class _Ending:
+    """A worker whose exit takes ``seconds``."""
+
+    def __init__(self, seconds):
+        self.seconds, self.gone_at = seconds, None
+
+    def kill(self):
+        time.sleep(self.seconds)
+        self.gone_at = time.monotonic()
+
+
+def _after_teardown(tmp_path, monkeypatch, out_of_memory=0):
+    """A lab timed while the previous lab's workers are still ending; (student, baselines, when they were gone)."""
+    from grader.procgroup import TEARDOWNS
+
+    monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
+    sub = SimpleNamespace(spec=find_lab("tiled_matmul"), secret="s", archs=("sm_90",), cache_dir=tmp_path,
+                          library=tmp_path / "student.so", time_left=lambda limit=math.inf: 60.0, gpu=None)
+    student, baselines = _TimingWorker(tmp_path), _TimingWorker(tmp_path)
+    student.out_of_memory = out_of_memory
+    previous = (_Ending(0.3), _Ending(0.2))
+    started = time.monotonic()
+    TEARDOWNS.start("", *previous)
+    assert time.monotonic() - started < 0.1  # ended in the background
+    timing.measure(sub, student, baselines)
+    return student, baselines, max(p.gone_at for p in previous)
+
+
+def test_a_lab_opens_while_the_last_labs_workers_end_and_is_timed_once_they_are_gone(tmp_path, monkeypatch):
+    student, baselines, gone = _after_teardown(tmp_path, monkeypatch)
+    for worker in (student, baselines):
+        opens = [t for kind, t in worker.events if kind == Kind.TIMING_OPEN.value]
+        assert len(opens) == 1 and opens[0] < gone  # opened beside the exit
+    timed = [t for worker in (student, baselines) for kind, t in worker.events if kind == Kind.TIMING_SAMPLE.value]
+    assert min(timed) >= gone
+
+
+def test_an_open_short_of_memory_is_tried_again_once_the_last_labs_workers_are_gone(tmp_path, monkeypatch):
+    student, _, gone = _after_teardown(tmp_path, monkeypatch, out_of_memory=1)
+    opens = [t for kind, t in student.events if kind == Kind.TIMING_OPEN.value]
+    assert len(opens) == 2 and opens[0] < gone <= opens[1]
+
+
+def test_teardowns_are_waited_for_by_gpu():
+    from grader.procgroup import Teardowns
+
+    teardowns = Teardowns()
+    slow, quick = _Ending(0.3), _Ending(0.0)
+    teardowns.start("gpu0", slow)
+    teardowns.start("gpu1", quick)
+    teardowns.wait("gpu1")
+    assert quick.gone_at is not None and slow.gone_at is None  # another GPU's exit is not waited for
+    teardowns.wait("gpu0")
+    assert slow.gone_at is not None
+    teardowns.wait("gpu0")  # nothing left: returns at once
