@@ -1,13 +1,15 @@
 """Wall time of grading a class, the GPU's busy fraction, and verdicts against grading each repository alone.
 
-    python benchmarks/grade_class_speed.py [--students 40] [--no-gpu] [--no-compare] [--warm] [--keep DIR] [-j N]
+    python benchmarks/grade_class_speed.py [--students 40] [--no-gpu] [--no-compare] [--warm] [--keep DIR [--resume]] [-j N]
 
 Builds a class in a temporary folder: repositories of the five references, of known-wrong
 solutions (one lab wrong, the rest references), of the untouched stubs, with labs missing, with no
 labs/ folder, with a compile error and with a submission that hangs. Grades it with
 ``grade-class`` (cold: an empty build cache, unless --warm), then each repository alone with
 ``grade-repo`` and compares every check's verdict (--no-compare skips that). On a GPU it samples
-NVML utilisation every half second while the class is graded.
+NVML utilisation every half second while the class is graded. A run stopped part-way (``timeout``
+sends SIGTERM) goes on with ``--keep DIR --resume``: the same class, results and build cache,
+the students already graded skipped, and the wall times of the runs added up.
 
 Targets: 40 repositories on one H100 in <= 8 minutes (<= 12 s each, amortised) with every check
 on; 20 repositories with --no-gpu in <= 60 s cold on 2 cores.
@@ -164,43 +166,58 @@ def main() -> int:
     p.add_argument("--no-compare", action="store_true", help="skip grading each repository alone")
     p.add_argument("--warm", action="store_true", help="keep the build cache of GRADER_CACHE_DIR instead of an empty one")
     p.add_argument("--keep", type=Path, help="build the class and its results here (default: a temporary folder, removed)")
+    p.add_argument("--resume", action="store_true",
+                   help="with --keep: go on with the class a stopped run left there, adding up the runs' wall times")
     p.add_argument("-j", "--jobs", type=int, help="CPU pool size (default: the CPU count)")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per student")
     args = p.parse_args()
+    if args.resume and args.keep is None:
+        p.error("--resume needs --keep DIR, the folder of the run to go on with")
     count = args.students or (20 if args.no_gpu else 40)
     work = args.keep or Path(tempfile.mkdtemp(prefix="grade-class-bench-"))
     work.mkdir(parents=True, exist_ok=True)
+    repos, out, elapsed = work / "class", work / "results", work / "elapsed_s.txt"
+    resuming = args.resume and repos.is_dir()
     cache = None
     if not args.warm:
         cache = work / "cache"
-        shutil.rmtree(cache, ignore_errors=True)
+        if not resuming:
+            shutil.rmtree(cache, ignore_errors=True)
         os.environ["GRADER_CACHE_DIR"] = str(cache)
     options = GradeOptions(gpu=not args.no_gpu, cache_dir=cache)
-    repos, out = work / "class", work / "results"
-    shutil.rmtree(repos, ignore_errors=True)
-    shutil.rmtree(out, ignore_errors=True)
-    names = build_class(repos, count)
+    before = float(elapsed.read_text()) if resuming and elapsed.is_file() else 0.0
+    if resuming:
+        names = sorted(d.name for d in repos.iterdir() if d.is_dir())
+    else:
+        shutil.rmtree(repos, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        names = build_class(repos, count)
     slots = gpu_slots(options, None)
     print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; lanes: "
           f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {os.cpu_count()} CPUs; "
-          f"build cache {'warm' if args.warm else 'cold'}", flush=True)
-    started = time.monotonic()
+          f"build cache {'warm' if args.warm else 'cold'}"
+          + (f"; going on after {before:.1f} s of earlier runs" if resuming else ""), flush=True)
+    started = time.monotonic() - before  # a resumed run's wall time includes the earlier runs'
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
     try:
         with BusySampler([s.index for s in slots]) as sampler:
             run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs), Display(quiet=args.quiet))
     except KeyboardInterrupt:
         wall = time.monotonic() - started
+        elapsed.write_text(f"{wall:.3f}")
         done = len(list((out / plan.STUDENTS_DIR).glob("*/report.json")))
         print(f"\ninterrupted after {wall:.1f} s with {done} of {len(names)} repositories graded"
-              + (f" ({wall / done:.2f} s each, the cold start included)" if done else ""))
+              + (f" ({wall / done:.2f} s each, the cold start included)" if done else "")
+              + (f"; go on with --keep {work} --resume" if args.keep else ""))
         if slots:
             print_busy(sampler)
             print_gate_waits(out)
         return 130
     wall = time.monotonic() - started
-    per = [r.seconds for r in run.graded]
-    print(f"\ngraded {len(run.graded)} repositories in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "
+    elapsed.write_text(f"{wall:.3f}")
+    per = [r.seconds for r in run.graded] or [0.0]
+    kept = f" ({len(run.skipped)} in earlier runs)" if run.skipped else ""
+    print(f"\ngraded {len(names)} repositories{kept} in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "
           f"(each took {statistics.median(per):.1f} s median, {max(per):.1f} s at most, on its lane)")
     if slots:
         print_busy(sampler)
