@@ -173,9 +173,8 @@ class LabGrading:
         self.worker = WorkerSession(sub.student_dirs(), isolation)
         if spec.benchmark and spec.benchmark.checks and options.timing:
             # the baselines are timed in a worker of their own, which no student code can reach;
-            # it starts now, beside the correctness cases
+            # it starts with the timing's worker, once the correctness cases passed
             self.baselines = WorkerSession(sub.trusted_dirs(), isolation.for_baselines())
-            self.baselines.spawn()
         try:
             with self.clock.stage(Stage.CORRECTNESS.value):
                 self._correctness(sub, self.worker)
@@ -286,11 +285,14 @@ class LabGrading:
     def _fresh_worker_for_timing(self) -> None:
         """End the worker that ran the correctness cases (none of its student code may run on beside
         another lab's timed calls) and start the timing's now: until the timing loads the student's
-        library it holds only CuPy and a CUDA context, and it is ready when the timing opens."""
+        library it holds only CuPy and a CUDA context, and it is ready when the timing opens. The
+        baselines' worker starts beside it: not with the correctness workers, whose start (each
+        makes a CUDA context, one at a time on a GPU) it would only hold up."""
         if self.worker is not None:
             self.worker.kill()
             if self.baselines is not None and self._correct():
                 self.worker.spawn()
+                self.baselines.spawn()
 
     def _correct_when_done(self) -> bool:
         """``_correct()`` once the correctness cases have all run."""
