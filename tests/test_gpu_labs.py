@@ -11,7 +11,7 @@ import pytest
 from grader.grade import grade
 from grader.labs import find_lab, lab_ids
 from grader.options import GradeOptions
-from grader.outcome import Outcome
+from grader.outcome import GATE, Outcome
 from grader.report import data as json_report
 from grader.validate import render, validate
 
@@ -260,19 +260,29 @@ def test_a_repository_runs_each_sanitizer_once_for_its_labs_with_the_verdicts_of
     together = {r.lab: {c.id: c for c in r.checks if c.stage.value == "sanitizer"} for r in grade_repo(tmp_path, options)}
     alone = {lab_id: {c.id: c for c in grade(find_lab(lab_id), submission_path(tmp_path, lab_id), options).checks
                       if c.stage.value == "sanitizer"} for lab_id in lab_ids()}
-    assert {lab: {cid: c.outcome for cid, c in checks.items()} for lab, checks in together.items()} == \
-           {lab: {cid: c.outcome for cid, c in checks.items()} for lab, checks in alone.items()}
+    # a verdict gated by a failed correctness case is left out where the other run's is not: where
+    # write_past_end's stray stores land depends on the memory layout, and now and then they hit
+    # an input and fail a correctness case (labs/boundary_checks/solutions/expected.yaml)
+    def ungated(mine: dict, theirs: dict) -> dict:
+        return {cid: c.outcome for cid, c in mine.items() if GATE not in (c.message, theirs[cid].message)}
+
+    assert {lab: ungated(checks, alone[lab]) for lab, checks in together.items()} == \
+           {lab: ungated(checks, together[lab]) for lab, checks in alone.items()}
+    assert all(GATE not in c.message for lab in lab_ids() if lab != "boundary_checks"
+               for run in (together, alone) for c in run[lab].values())
     assert any(c.outcome is Outcome.FAIL for c in together["boundary_checks"].values())
     assert any(c.outcome is Outcome.FAIL for c in together["corner_turning"].values())
     for lab_id in ("histogram", "memory_types", "tiled_matmul"):
         for check in together[lab_id].values():
             assert check.outcome is Outcome.PASS
     # synccheck found nothing in any lab: its one shared run settled all five
-    shared = {lab: {cid: c.measured.get("shared_run_labs") for cid, c in checks.items()} for lab, checks in together.items()}
-    assert {shared[lab].get("synccheck_clean") for lab in lab_ids()} == {5}, shared
+    # (a gated verdict keeps no measurements: it counts as settled by the run it would have had)
+    shared = {lab: {cid: c.measured.get("shared_run_labs", "gated" if GATE in c.message else None) for cid, c in checks.items()}
+              for lab, checks in together.items()}
+    assert {shared[lab].get("synccheck_clean") for lab in lab_ids()} - {"gated"} == {5}, shared
     # racecheck named corner_turning's kernel only: its one run settled the four others
     assert shared["corner_turning"]["racecheck_clean"] is None, shared
-    assert {shared[lab]["racecheck_clean"] for lab in lab_ids() if lab != "corner_turning"} == {5}, shared
+    assert {shared[lab]["racecheck_clean"] for lab in lab_ids() if lab != "corner_turning"} - {"gated"} == {5}, shared
     # memcheck's first run broke its context in boundary_checks (the first lab): the four after it shared a second run
     assert shared["boundary_checks"]["memcheck_clean"] is None, shared
     assert {shared[lab]["memcheck_clean"] for lab in lab_ids() if lab != "boundary_checks"} == {4}, shared
