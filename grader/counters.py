@@ -20,7 +20,7 @@ from . import toolchain
 from .build import baseline_library, demangle
 from .correctness import tool_task
 from .flock import gpu_folder, wait_exclusive
-from .gpu import GpuInfo, gpu_key
+from .gpu import GpuInfo, key_of
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .procgroup import Stop
 from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
@@ -105,7 +105,7 @@ BUSY_PAUSE_S = 2.0
 def lock_folder(gpu: GpuInfo | None) -> Path | None:
     """Where the profiling lock of ``gpu`` lives: its shared folder, named after its UUID (None,
     the system's temporary folder, for a GPU whose UUID is not known)."""
-    key = gpu_key(gpu.uuid) if gpu is not None else ""
+    key = key_of(gpu)
     return gpu_folder(key) if key else None
 
 

@@ -31,6 +31,11 @@ def gpu_key(uuid: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]", "", uuid)[:64]
 
 
+def key_of(gpu: GpuInfo | None) -> str:
+    """``gpu_key`` of ``gpu``'s UUID ("" for no GPU, or one whose UUID is not known)."""
+    return gpu_key(gpu.uuid) if gpu is not None else ""
+
+
 @dataclass(frozen=True)
 class GpuProbe:
     gpu: GpuInfo | None

@@ -8,13 +8,14 @@ from typing import Any
 
 from .compare import compare
 from .correctness import failure_from_task, output_limit
+from .gpu import key_of
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .procgroup import TEARDOWNS
 from .runner import WorkerSession
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission
-from .timing import CLOSING_FOLDER, TOO_SLOW_FACTOR, Measurement, SampleFailed, gpu_of, measure, summarize
+from .timing import CLOSING_FOLDER, TOO_SLOW_FACTOR, Measurement, SampleFailed, measure, summarize
 from .worker import expr
 
 #: A timed array the worker saves for the grader's check is read up to this size.
@@ -39,7 +40,7 @@ def measured(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSes
         failure = failure_from_task(failed.result, "timing", Stage.SPEED, 0)
         return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details)
     finally:  # both free their GPU memory before anything else is timed (the student's has done its part)
-        TEARDOWNS.start(gpu_of(sub), baselines_worker, worker)
+        TEARDOWNS.start(key_of(sub.gpu), baselines_worker, worker)
 
 
 def scored(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[CheckResult], dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from .build import baseline_library
 from .correctness import launcher_spec
-from .gpu import gpu_key
+from .gpu import key_of
 from .options import secret_seed
 from .procgroup import TEARDOWNS
 from .runner import TaskResult, WorkerSession
@@ -213,7 +213,7 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
     marks = [time.monotonic()]  # the start and end of each phase
     # both workers generate the inputs and set up at once (nothing is timed yet), while the
     # previous lab's workers end; nothing is timed before they are gone
-    gpu = gpu_of(sub)
+    gpu = key_of(sub.gpu)  # a GPU's timings take turns
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
         student_open = pool.submit(opened, "student", opening({"student": str(sub.library)}, False))
         m.device = opened(baselines[0], opening(libs, True)).data["device"]
@@ -234,11 +234,6 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
     m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
                                       [(m.walls[b], m.trips[b]) for b in baselines])
     return m
-
-
-def gpu_of(sub: Submission) -> str:
-    """The key of the GPU ``sub`` is graded on, by which its timings take turns ("" if unknown)."""
-    return gpu_key(sub.gpu.uuid) if sub.gpu is not None else ""
 
 
 def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None], cfg: Timing) -> None:
