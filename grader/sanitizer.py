@@ -57,6 +57,8 @@ _PREFIX = re.compile(r"^========= ?")
 FINDING_LINES, PRINT_LIMIT = 5, 20
 #: What the tool prints where it left reports out (past ``--print-limit``).
 NOT_PRINTED = "were not printed"
+#: How a report of a failed CUDA call starts, and the note on the program's exit status: neither is a finding.
+API_ERROR, EXIT_NOTE = "Program hit", "Target application returned"
 
 
 def parse(text: str) -> tuple[int, list[str]]:
@@ -68,7 +70,7 @@ def parse(text: str) -> tuple[int, list[str]]:
     else:
         summary = _SUMMARY.search(text)
         count = int(summary.group(1)) if summary else 0
-    findings = [f for f in report_blocks(text, FINDING_LINES) if not f.startswith(("Program hit", "Target application returned"))]
+    findings = [f for f in report_blocks(text, FINDING_LINES) if not f.startswith((API_ERROR, EXIT_NOTE))]
     return count, findings
 
 

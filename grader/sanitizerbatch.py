@@ -57,7 +57,7 @@ SHARED_PRINT_LIMIT = 1000
 #: Where a report names the function it happened in: "at matmul(const float *, int)+0x730 in student.cu:23".
 _AT = re.compile(r"\bat (.+?)\+0x[0-9a-fA-F]+ in ")
 #: A failed CUDA call of the program, and its error: "Program hit cudaErrorLaunchFailure (error 719) ...".
-_HIT = re.compile(r"^Program hit (\w+)")
+_HIT = re.compile(rf"^{sanitizer.API_ERROR} (\w+)")
 
 
 def kernel_name(signature: str) -> str:
@@ -84,7 +84,7 @@ def blamed(log: str, kernels: Mapping[str, frozenset[str]], broke: tuple[str, st
         return None
     labs: set[str] = set()
     for block in sanitizer.report_blocks(log):
-        if block.startswith("Target application returned"):
+        if block.startswith(sanitizer.EXIT_NOTE):
             continue
         hit = _HIT.match(block)
         if hit:
