@@ -69,10 +69,11 @@ def kernel_name(signature: str) -> str:
 def requests_of(sub: Submission) -> list[ToolRequest]:
     """The lab's sanitizer cases (inputs written)."""
     out = []
+    kernels = frozenset(kernel_name(k.name) for k in sub.kernels)
     for check in sub.spec.sanitizers:
         dirs = sub.tool_dirs(f"sanitizer-{check.id}")
         out.append(ToolRequest(sub.spec.id, check.id, check.tool, tool_task(sub, check, dirs), dirs, sub.isolation,
-                               sub.time_left(check.time_limit_s), sub.moot, frozenset(kernel_name(k.name) for k in sub.kernels)))
+                               sub.time_left(check.time_limit_s), sub.moot, kernels))
     return out
 
 
