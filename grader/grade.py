@@ -28,13 +28,13 @@ from .gpu import GpuProbe
 from .labs import load_problem
 from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for, secret_of
 from .outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
-from .plan import course_only_results, fill_checks, in_plan_order, launcher_prototype, planned_checks, runnable
+from .plan import course_only_results, fill_checks, gated_check, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
 from .runner import Isolation, WorkerSession
 from .sanitizerbatch import SanitizerBatch
 from .sass import static_checks
 from .spec import LabSpec
 from .submission import Submission
-from .timing import Measurement
+from .timing import Measurement, TimedRun
 
 #: Seconds spent waiting for the sanitizer and counter runs before timing (not a stage of its own).
 WAITING = "waiting_for_tools"
@@ -92,7 +92,10 @@ class LabGrading:
         self.background: list[Future[list[CheckResult]]] = []
         self._stage_start: dict[str, float] = {}
         self._correctness_over = threading.Event()
+        self._opened = False
+        self._run: TimedRun | None = None  # the opened timing, until timed() samples it
         self._measurement: Measurement | None = None  # the timing, until report() scores it
+        self.end_workers = True  # close() ends the workers (else the caller does: sessions())
         self._counter_checks: list[CheckResult] = []
         self._pool: ThreadPoolExecutor | None = None
         self._work: Path | None = None
@@ -144,7 +147,7 @@ class LabGrading:
         with self.clock.stage(Stage.STATIC.value):
             self.checks += static_checks(spec, build.library, build.kernels)
         if probe.gpu is None:
-            self._skip_gpu_checks(probe.reason)
+            self.checks, self._done = without_gpu(spec, self.checks, probe.reason), True
             return self
 
         cache_dir = options.cache_dir or default_cache_dir()
@@ -192,17 +195,6 @@ class LabGrading:
             self.env.update({f"health.{k}": v for k, v in probe.health.items()})
         else:
             self.env["gpu"] = f"none: {probe.reason}"
-
-    def _skip_gpu_checks(self, reason: str) -> None:
-        gated = {c.id for c in self.spec.static if c.after_correctness}
-        wait = f"scored only once every correctness case passes, which needs a GPU: {reason}"
-        self.checks = [
-            CheckResult(c.id, c.stage, Outcome.SKIPPED, 0, c.max_points, f"{c.message}; {wait}") if c.id in gated else c
-            for c in self.checks
-        ]
-        gpu_stages = {Stage.CORRECTNESS, Stage.SANITIZER, Stage.SPEED, Stage.COUNTERS}
-        self.checks += fill_checks(self.spec, self.checks, gpu_stages, Outcome.SKIPPED, f"needs a GPU: {reason}")
-        self._done = True
 
     def _correctness(self, sub: Submission, worker: WorkerSession) -> None:
         spec, hung, counting = self.spec, False, False
@@ -309,15 +301,38 @@ class LabGrading:
         """The second half: :meth:`timed`, then :meth:`report`."""
         return self.timed().report()
 
-    def timed(self) -> "LabGrading":
-        """Wait for the background runs, gate on correctness and time: all the second half does on the GPU."""
+    def open_timing(self) -> "LabGrading":
+        """Wait for the background runs, gate on correctness and open the timing (nothing is timed
+        yet): a repository opens every lab's at once, then times each in turn."""
         try:
-            if not self._done:
+            if not self._done and not self._opened:
+                self._opened = True
                 self._finish_on_gpu()
         except BaseException:
             self.close()
             raise
         return self
+
+    def timed(self) -> "LabGrading":
+        """:meth:`open_timing`, then time: all the second half does on the GPU."""
+        self.open_timing()
+        run, self._run = self._run, None
+        if run is not None and not self._done:
+            try:
+                with self.clock.stage(Stage.SPEED.value):
+                    timed = speed.measured(run)
+            except BaseException:
+                self.close()
+                raise
+            if isinstance(timed, list):
+                self.checks += timed
+            else:
+                self._measurement = timed  # scored by report()
+        return self
+
+    def sessions(self) -> list[WorkerSession]:
+        """The lab's workers, for a caller that ends them itself (``end_workers`` False)."""
+        return [s for s in (self.worker, self.baselines) if s is not None]
 
     def report(self) -> LabReport:
         """Score what was timed and close: the CPU's part, which may run beside the next lab's timing."""
@@ -338,8 +353,8 @@ class LabGrading:
         self._counter_checks = [c for c in tool_checks if c.stage is Stage.COUNTERS]
         if not passed:  # what an empty or broken kernel trivially passes earns nothing
             gated = {c.id for c in spec.static if c.after_correctness} | {c.id for c in sanitizer_checks}
-            self.checks = [self._gated(c) if c.id in gated else c for c in self.checks]
-            sanitizer_checks = [self._gated(c) for c in sanitizer_checks]
+            self.checks = [gated_check(c) if c.id in gated else c for c in self.checks]
+            sanitizer_checks = [gated_check(c) for c in sanitizer_checks]
         self.checks = sanitizer.explain_nans(self.checks, sanitizer_checks, spec)
         self.checks += sanitizer_checks
         if spec.benchmark and spec.benchmark.checks:
@@ -364,14 +379,6 @@ class LabGrading:
         order = {cid: i for i, (cid, _, _) in enumerate(planned_checks(spec))}
         self.checks.sort(key=lambda c: order.get(c.id, len(order)))
 
-    @staticmethod
-    def _gated(check: CheckResult) -> CheckResult:
-        """What a check earns once a correctness case failed: a pass or an error (the same crash
-        under a sanitizer, say) is not graded; a failure keeps its findings."""
-        if check.outcome not in (Outcome.PASS, Outcome.ERROR):
-            return check
-        return CheckResult(check.id, check.stage, Outcome.FAIL, 0, check.max_points, GATE)
-
     def _speed(self, passed: bool, unsafe: str) -> None:
         spec, sub = self.spec, self.sub
         assert spec.benchmark is not None
@@ -388,11 +395,11 @@ class LabGrading:
             assert self.worker is not None and self.baselines is not None
             self.progress(f"[{spec.id}] timing against {', '.join(sorted({c.baseline for c in spec.benchmark.checks}))}")
             with self.clock.stage(Stage.SPEED.value):
-                timed = speed.measured(sub, self.worker, self.baselines)
-            if isinstance(timed, list):
-                self.checks += timed
+                opened = speed.opened(sub, self.worker, self.baselines)
+            if isinstance(opened, list):
+                self.checks += opened
             else:
-                self._measurement = timed  # scored by report()
+                self._run = opened  # sampled by timed()
 
     def close(self) -> None:
         """Stop the worker and background runs and remove scratch files (idempotent)."""
@@ -405,10 +412,10 @@ class LabGrading:
                 future.cancel()
             self._pool.shutdown(wait=True)
             self._pool = None
-        for session in (self.worker, self.baselines):
-            if session is not None:
-                session.kill()
+        for session in self.sessions() if self.end_workers else ():
+            session.kill()
         self.worker = self.baselines = None
+        self._run = None
         if self._work is not None and self.options.keep_work is None:
             shutil.rmtree(self._work, ignore_errors=True)
         self._work = None

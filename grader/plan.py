@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from .outcome import CheckResult, Outcome, Stage
+from .outcome import GATE, CheckResult, Outcome, Stage
 from .spec import LabSpec
 
 COURSE_RUNNER = "graded on the course's runner"
@@ -82,3 +82,22 @@ def fill_checks(spec: LabSpec, done: list[CheckResult], stages: set[Stage], outc
         for cid, stage, pts in planned_checks(spec)
         if stage in stages and cid not in have
     ]
+
+
+def gated_check(check: CheckResult) -> CheckResult:
+    """What a check earns once a correctness case failed: a pass or an error (the same crash
+    under a sanitizer, say) is not graded; a failure keeps its findings."""
+    if check.outcome not in (Outcome.PASS, Outcome.ERROR):
+        return check
+    return CheckResult(check.id, check.stage, Outcome.FAIL, 0, check.max_points, GATE)
+
+
+def without_gpu(spec: LabSpec, checks: list[CheckResult], reason: str) -> list[CheckResult]:
+    """``checks`` (compile and static) completed for a machine with no GPU: the static checks
+    scored after correctness, and every check that needs a GPU, skipped with ``reason``."""
+    gated = {c.id for c in spec.static if c.after_correctness}
+    wait = f"scored only once every correctness case passes, which needs a GPU: {reason}"
+    done = [CheckResult(c.id, c.stage, Outcome.SKIPPED, 0, c.max_points, f"{c.message}; {wait}") if c.id in gated else c
+            for c in checks]
+    gpu_stages = {Stage.CORRECTNESS, Stage.SANITIZER, Stage.SPEED, Stage.COUNTERS}
+    return done + fill_checks(spec, done, gpu_stages, Outcome.SKIPPED, f"needs a GPU: {reason}")

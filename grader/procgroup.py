@@ -40,9 +40,9 @@ def kill_together(*those: Killable) -> None:
 
 
 class Teardowns:
-    """Workers being ended in the background, by GPU: a lab's timing opens (nothing timed yet)
-    while the previous lab's workers exit and release their CUDA contexts, and waits for them
-    before its first timed call."""
+    """Workers being ended in the background, by GPU: a repository's timings open (nothing timed
+    yet) while the previous repository's workers exit and release their CUDA contexts, and a
+    timing waits for them before its first timed call."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -118,6 +118,28 @@ def live_members(pgid: int) -> list[int]:
     return [pid for pid, (state, _, group) in _processes().items() if group == pgid and _alive(state)]
 
 
+def _tree(pgid: int) -> set[int]:
+    """The live processes of group ``pgid`` and every live process below them."""
+    table = _processes()
+    tree = {pid for pid, (state, _, group) in table.items() if group == pgid and _alive(state)}
+    todo = list(tree)
+    while todo:
+        parent = todo.pop()
+        for pid, (state, ppid, _) in table.items():
+            if ppid == parent and pid not in tree and _alive(state):
+                tree.add(pid)
+                todo.append(pid)
+    return tree
+
+
+def hold_group(pgid: int, stopped: bool) -> None:
+    """Stop (SIGSTOP) or continue (SIGCONT) group ``pgid`` and everything below it: while
+    stopped, none of its code runs (a thread the program left running included)."""
+    for pid in _tree(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGSTOP if stopped else signal.SIGCONT)
+
+
 def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
     """SIGKILL every process in group ``pgid`` and every process below them, then wait up to
     ``settle_s`` for them all to be gone.
@@ -126,15 +148,7 @@ def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
     session), and a killed process only stops once the kernel delivers the signal and its exit
     releases what it held (its GPU context): a caller that goes on at once, to time a kernel say,
     could still share the GPU with it. Returns False when one outlived ``settle_s``."""
-    table = _processes()
-    doomed = {pid for pid, (state, _, group) in table.items() if group == pgid and _alive(state)}
-    todo = list(doomed)
-    while todo:
-        parent = todo.pop()
-        for pid, (state, ppid, _) in table.items():
-            if ppid == parent and pid not in doomed and _alive(state):
-                doomed.add(pid)
-                todo.append(pid)
+    doomed = _tree(pgid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     for pid in doomed:

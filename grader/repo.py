@@ -1,8 +1,8 @@
 """Grading a whole student repository (the ``student_template/`` layout): every lab, one report.
 
 Labs are started together (compile, static checks, correctness, with sanitizer and counter
-runs in the background), and timed one by one once no profiler, sanitizer or student code is
-left running, so the timed calls have the GPU to themselves. A lab that is missing or breaks
+runs in the background), and timed one by one once no profiler or sanitizer is left running and
+every other lab's student worker is stopped, so the timed calls have the GPU to themselves. A lab that is missing or breaks
 the grader gets a report that says so; the others are graded as usual.
 """
 
@@ -18,11 +18,13 @@ from typing import Callable
 from .build import lab_build
 from .counterbatch import ProfileBatch
 from .errors import GraderError, internal_error_message
+from .gpu import key_of
 from .grade import LabGrading
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for
 from .outcome import CheckResult, LabReport, Outcome, Stage
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
+from .procgroup import TEARDOWNS
 from .safeio import UnsafeFile, submission_file
 from .sandbox import Sandbox
 from .sanitizerbatch import SanitizerBatch
@@ -119,9 +121,10 @@ def grade_many(
 ) -> list[LabReport]:
     """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
 
-    Within a window every item is started (all at once, in threads), then all background runs
-    are awaited, then each is timed in turn and scored beside the next one's timing: a profiler
-    or sanitizer never runs beside a timed call, only the grader's own checks on the CPU.
+    Within a window every item is started (all at once, in threads); once all background runs
+    are over every timing opens at once (nothing timed), then each is timed in turn and scored
+    beside the next one's timing: a profiler or sanitizer never runs beside a timed call, only
+    the grader's own checks on the CPU.
     With ``root`` (a student's repository), display names are paths inside it, a submission
     reached through a link is refused, and the labs share one profiler session for their counter
     cases and one compute-sanitizer process per tool.
@@ -169,32 +172,61 @@ def grade_many(
                     reports[i] = begun
                 else:
                     started.append((i, begun))
-        for _, grading in started:
-            try:
-                grading.wait()
-            except Exception:
-                pass  # finish() reports it
-        # each lab is timed alone, in turn; its timed output is checked on the CPU beside the
-        # next lab's timing (the memory_types oracle alone takes 1.5-2.5 s)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
-            scoring = []
-            for i, grading in started:
-                try:
-                    note, asked = "", time.monotonic()
-                    if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
-                        note = before_timing(grading.spec)
-                    gate_s = time.monotonic() - asked
-                    scoring.append((i, grading, note, gate_s, scorer.submit(grading.timed().report)))
-                except Exception as exc:
-                    grading.close()
-                    reports[i] = _crashed(grading.whole, grading.name, exc)
-            for i, grading, note, gate_s, future in scoring:
-                try:
-                    reports[i] = after_gate(future.result(), note, gate_s)
-                except Exception as exc:
-                    grading.close()
-                    reports[i] = _crashed(grading.whole, grading.name, exc)
+        _time_in_turn(started, reports, options, before_timing)
     return [r for r in reports if r is not None]
+
+
+def _open(grading: LabGrading) -> BaseException | None:
+    try:
+        grading.open_timing()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _time_in_turn(started: list[tuple[int, LabGrading]], reports: list[LabReport | None], options: GradeOptions,
+                  before_timing: TimingGate | None) -> None:
+    """Open the started labs' timings together once their background runs are over (inputs
+    generated, libraries loaded: nothing timed), then time each alone, in turn; its timed output
+    is checked on the CPU beside the next lab's timing (the memory_types oracle alone takes
+    1.5-2.5 s). The labs' workers end together after the last, in the background: no exit
+    releases a CUDA context beside a timed call."""
+    sessions = [(key_of(g.sub.gpu), s) for _, g in started if g.sub is not None for s in g.sessions()]
+    for _, grading in started:
+        grading.end_workers = False
+    try:
+        _open_and_time(started, reports, options, before_timing)
+    finally:
+        for gpu in {gpu for gpu, _ in sessions}:
+            TEARDOWNS.start(gpu, *(s for g, s in sessions if g == gpu))
+
+
+def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabReport | None], options: GradeOptions,
+                   before_timing: TimingGate | None) -> None:
+    with ThreadPoolExecutor(max_workers=max(1, len(started)), thread_name_prefix="open") as pool:
+        failed = list(pool.map(_open, [grading for _, grading in started]))
+    for (i, grading), exc in zip(started, failed):
+        if exc is not None:
+            reports[i] = _crashed(grading.whole, grading.name, exc)
+    started = [(i, grading) for (i, grading), exc in zip(started, failed) if exc is None]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
+        scoring = []
+        for i, grading in started:
+            try:
+                note, asked = "", time.monotonic()
+                if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
+                    note = before_timing(grading.spec)
+                gate_s = time.monotonic() - asked
+                scoring.append((i, grading, note, gate_s, scorer.submit(grading.timed().report)))
+            except Exception as exc:
+                grading.close()
+                reports[i] = _crashed(grading.whole, grading.name, exc)
+        for i, grading, note, gate_s, future in scoring:
+            try:
+                reports[i] = after_gate(future.result(), note, gate_s)
+            except Exception as exc:
+                grading.close()
+                reports[i] = _crashed(grading.whole, grading.name, exc)
 
 
 def after_gate(report: LabReport, note: str, waited_s: float) -> LabReport:

@@ -8,14 +8,13 @@ from typing import Any
 
 from .compare import compare
 from .correctness import failure_from_task, output_limit
-from .gpu import key_of
 from .outcome import CheckResult, Outcome, Stage, partial_credit
-from .procgroup import TEARDOWNS
+from .procgroup import hold_group
 from .runner import WorkerSession
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission
-from .timing import CLOSING_FOLDER, TOO_SLOW_FACTOR, Measurement, SampleFailed, measure, summarize
+from .timing import CLOSING_FOLDER, TOO_SLOW_FACTOR, Measurement, SampleFailed, TimedRun, summarize
 from .worker import expr
 
 #: A timed array the worker saves for the grader's check is read up to this size.
@@ -26,21 +25,48 @@ def _all(bench: Benchmark, outcome: Outcome, message: str, details: str = "") ->
     return [CheckResult(c.id, Stage.SPEED, outcome, 0, c.points, message, details) for c in bench.checks]
 
 
-def measured(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement | list[CheckResult]:
-    """The timing, the GPU's part: a measurement, or the speed checks' errors where the student's
-    kernel could not be timed. Both workers are ended, in the background: the next lab's timing
-    opens meanwhile and waits for them to be gone before its first timed call."""
+def _failed(bench: Benchmark, failed: SampleFailed) -> list[CheckResult]:
+    """The speed checks' errors where the student's kernel could not be timed (a baseline's
+    failure is the grader's: raised)."""
+    if failed.who != "student":
+        raise RuntimeError(f"the {failed.who} kernel could not be timed: {failed.result.reason}") from None
+    failure = failure_from_task(failed.result, "timing", Stage.SPEED, 0)
+    return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details)
+
+
+def hold(worker: WorkerSession, stopped: bool) -> None:
+    """Stop or continue the student's worker: none of its code runs beside another lab's timed calls."""
+    if worker.proc is not None and worker.proc.poll() is None:
+        hold_group(worker.proc.pid, stopped)
+
+
+def opened(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> TimedRun | list[CheckResult]:
+    """The timing opened (nothing timed yet), the student's worker then stopped until its turn;
+    or the speed checks' errors."""
     bench = sub.spec.benchmark
     assert bench is not None
+    run = TimedRun(sub, worker, baselines_worker)
     try:
-        return measure(sub, worker, baselines_worker)
+        run.open()
+        return run
     except SampleFailed as failed:
-        if failed.who != "student":
-            raise RuntimeError(f"the {failed.who} kernel could not be timed: {failed.result.reason}") from None
-        failure = failure_from_task(failed.result, "timing", Stage.SPEED, 0)
-        return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details)
-    finally:  # both free their GPU memory before anything else is timed (the student's has done its part)
-        TEARDOWNS.start(key_of(sub.gpu), baselines_worker, worker)
+        return _failed(bench, failed)
+    finally:
+        hold(worker, True)
+
+
+def measured(run: TimedRun) -> Measurement | list[CheckResult]:
+    """The timing, the GPU's part: a measurement, or the speed checks' errors where the student's
+    kernel could not be timed. The workers are left to the caller to end, once no other lab's
+    timing would see them exit."""
+    assert run.sub.spec.benchmark is not None
+    hold(run.worker, False)
+    try:
+        return run.sample()
+    except SampleFailed as failed:
+        return _failed(run.sub.spec.benchmark, failed)
+    finally:
+        hold(run.worker, True)
 
 
 def scored(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[CheckResult], dict[str, Any]]:

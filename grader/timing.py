@@ -1,5 +1,5 @@
-"""Timing: the statistics, the stopping rule and ``measure()``, which drives the student's worker
-and the trusted baselines' worker sample by sample, interleaved."""
+"""Timing: the statistics, the stopping rule and :class:`TimedRun`, which drives the student's
+worker and the trusted baselines' worker sample by sample, interleaved."""
 
 from __future__ import annotations
 
@@ -161,41 +161,81 @@ class Measurement:
     phase_s: dict[str, float] = field(default_factory=dict)  # "open", "sampling", "close": where the time went
 
 
-def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement:
-    """Time the student's launcher against the lab's baselines, interleaved sample by sample,
-    until the stopping rule is met; raises SampleFailed."""
-    spec = sub.spec
-    bench = spec.benchmark
-    assert bench is not None
-    baselines = sorted({c.baseline for c in bench.checks})
-    seed = secret_seed(sub.secret, spec.id, "timing", bench.seed)
-    libs = {b: str(baseline_library(spec, b, sub.archs, sub.cache_dir)) for b in baselines}
-    owner = {**{b: baselines_worker for b in baselines}, "student": worker}
-    names = [*baselines, "student"]
-    cfg = bench.timing
-    m = Measurement({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
+class TimedRun:
+    """One lab's timing against its baselines, in two halves: ``open()`` readies both workers
+    (inputs generated, libraries loaded: nothing timed), ``sample()`` times them interleaved,
+    sample by sample, until the stopping rule is met. Both raise SampleFailed. A repository's
+    labs are all opened at once, then sampled in turn."""
 
-    def call(who: str, task: Task) -> TaskResult:
-        result = owner[who].run(task, sub.time_left(bench.time_limit_s))
+    def __init__(self, sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> None:
+        spec = sub.spec
+        assert spec.benchmark is not None
+        self.sub, self.worker, self.bench = sub, worker, spec.benchmark
+        self.baselines = sorted({c.baseline for c in self.bench.checks})
+        self.owner = {**{b: baselines_worker for b in self.baselines}, "student": worker}
+        self.names = [*self.baselines, "student"]
+        self.m = Measurement({n: [] for n in self.names}, {n: [] for n in self.names}, {n: [] for n in self.names})
+        self.gpu = key_of(sub.gpu)  # a GPU's timings take turns
+        self.open_s = 0.0
+
+    def _call(self, who: str, task: Task) -> TaskResult:
+        result = self.owner[who].run(task, self.sub.time_left(self.bench.time_limit_s))
         if result.status != Status.OK.value:
             raise SampleFailed(who, result)
         return result
 
-    def opened(who: str, task: Task) -> TaskResult:
+    def _opened(self, who: str, task: Task) -> TaskResult:
         try:
-            return call(who, task)
+            return self._call(who, task)
         except SampleFailed as failed:
             if failed.result.status != Status.OUT_OF_MEMORY.value:
                 raise
-            TEARDOWNS.wait(gpu)  # the previous lab's workers, still ending, held the memory
-            return call(who, task)
+            TEARDOWNS.wait(self.gpu)  # workers still ending (the previous lab's, or student's) held the memory
+            return self._call(who, task)
 
-    def opening(libraries: dict[str, str], copy: bool) -> Task:
-        return timing_open(libraries, launcher_spec(spec), dict(bench.params), str(spec.files.problem), seed, copy)
+    def open(self) -> None:
+        """Both workers generate the inputs and set up at once (nothing is timed yet), while
+        earlier workers may still be ending."""
+        sub, spec, bench = self.sub, self.sub.spec, self.bench
+        started = time.monotonic()
+        seed = secret_seed(sub.secret, spec.id, "timing", bench.seed)
+        libs = {b: str(baseline_library(spec, b, sub.archs, sub.cache_dir)) for b in self.baselines}
 
-    def take(n: str, gated: bool) -> None:
-        call(n, timing_prepare(n))
-        result = call(n, timing_sample(n, m.gated and gated))
+        def opening(libraries: dict[str, str], copy: bool) -> Task:
+            return timing_open(libraries, launcher_spec(spec), dict(bench.params), str(spec.files.problem), seed, copy)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
+            student_open = pool.submit(self._opened, "student", opening({"student": str(sub.library)}, False))
+            self.m.device = self._opened(self.baselines[0], opening(libs, True)).data["device"]
+            student_open.result()
+        self.open_s = time.monotonic() - started
+
+    def sample(self) -> Measurement:
+        """Time the opened workers once every worker being ended on the GPU is gone."""
+        m = self.m
+        marks = [time.monotonic()]  # the start and end of each phase
+        TEARDOWNS.wait(self.gpu)
+        marks.append(time.monotonic())
+        try:
+            try:
+                _sample(m, self.names, self._take, self.bench.timing)
+            except _Ungated:
+                _sample(m, self.names, self._take, self.bench.timing)  # from the start, every kernel timed the same way
+        except _FarTooSlow:
+            m.stopped_early = True
+        marks.append(time.monotonic())
+        m.closing = self._call("student", timing_close(str(self.worker.dirs.outbox / CLOSING_FOLDER))).data
+        marks.append(time.monotonic())
+        m.phase_s = {name: round(end - begin, 3) for name, begin, end in zip(("open", "sampling", "close"), marks, marks[1:])}
+        m.phase_s["open"] = round(m.phase_s["open"] + self.open_s, 3)
+        m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
+                                          [(m.walls[b], m.trips[b]) for b in self.baselines])
+        return m
+
+    def _take(self, n: str, gated: bool) -> None:
+        m = self.m
+        self._call(n, timing_prepare(n))
+        result = self._call(n, timing_sample(n, m.gated and gated))
         data = result.data
         if m.gated and gated and data.get("gate") != "held":
             # the gate expired (the launcher waited for the GPU) or there is none: no gate, for every kernel
@@ -207,33 +247,15 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
         m.walls[n].append(data["wall_ms"])
         m.trips[n].append(result.seconds * 1e3)
         m.by_wall += late and n == "student"
-        if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in baselines]):
+        if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in self.baselines]):
             raise _FarTooSlow
 
-    marks = [time.monotonic()]  # the start and end of each phase
-    # both workers generate the inputs and set up at once (nothing is timed yet), while the
-    # previous lab's workers end; nothing is timed before they are gone
-    gpu = key_of(sub.gpu)  # a GPU's timings take turns
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
-        student_open = pool.submit(opened, "student", opening({"student": str(sub.library)}, False))
-        m.device = opened(baselines[0], opening(libs, True)).data["device"]
-        student_open.result()
-    TEARDOWNS.wait(gpu)
-    marks.append(time.monotonic())
-    try:
-        try:
-            _sample(m, names, take, cfg)
-        except _Ungated:
-            _sample(m, names, take, cfg)  # from the start, every kernel timed the same way
-    except _FarTooSlow:
-        m.stopped_early = True
-    marks.append(time.monotonic())
-    m.closing = call("student", timing_close(str(worker.dirs.outbox / CLOSING_FOLDER))).data
-    marks.append(time.monotonic())
-    m.phase_s = {name: round(end - begin, 3) for name, begin, end in zip(("open", "sampling", "close"), marks, marks[1:])}
-    m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
-                                      [(m.walls[b], m.trips[b]) for b in baselines])
-    return m
+
+def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement:
+    """Open and sample one lab's timing (see :class:`TimedRun`); raises SampleFailed."""
+    run = TimedRun(sub, worker, baselines_worker)
+    run.open()
+    return run.sample()
 
 
 def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None], cfg: Timing) -> None:

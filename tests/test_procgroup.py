@@ -151,3 +151,32 @@ def test_a_worker_start_waits_for_gpu_memory_another_process_holds(monkeypatch, 
     calls = []
     monkeypatch.setattr(WorkerSession, "_start_once", lambda self: calls.append(1) or other)
     assert session._start() is other and calls == [1]  # nothing to wait for
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rfind(")") + 2:].split()[0]
+
+
+def test_a_held_group_and_what_it_started_are_stopped_until_continued(tmp_path):
+    """A student's worker is stopped while another lab is timed: a child in a session of its own
+    (as the sandbox starts its command) is stopped with it, and both run again once continued."""
+    from grader.procgroup import hold_group
+
+    ticks = tmp_path / "ticks"
+    proc = start_lasting(["sh", "-c", f"setsid sh -c 'while :; do echo >> {ticks}; sleep 0.01; done' & wait"],
+                         start_new_session=True)
+    try:
+        _wait_for(lambda: ticks.exists() and ticks.stat().st_size > 0)
+        child = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+        hold_group(proc.pid, True)
+        _wait_for(lambda: _state(proc.pid) == "T" and _state(child) == "T")
+        size = ticks.stat().st_size
+        time.sleep(0.2)
+        assert ticks.stat().st_size == size  # nothing of it ran
+        hold_group(proc.pid, False)
+        _wait_for(lambda: ticks.stat().st_size > size)
+        assert _state(child) != "T" and _state(proc.pid) != "T"
+    finally:
+        assert kill_group(proc.pid)
+        proc.wait(5)

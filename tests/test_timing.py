@@ -11,6 +11,7 @@ import pytest
 
 from grader import timing
 from grader.labs import find_lab
+from grader.options import GradeOptions
 from grader.runner import TaskResult
 from grader.worker.protocol import Kind
 
@@ -187,3 +188,60 @@ def test_teardowns_are_waited_for_by_gpu():
     teardowns.wait("gpu0")
     assert slow.gone_at is not None
     teardowns.wait("gpu0")  # nothing left: returns at once
+
+
+class _Lab:
+    """A started lab as a repository's timing sees it (a test double of LabGrading: the real one
+    is timed in the GPU tests)."""
+
+    def __init__(self, name, events, opening, fails_to_open=False):
+        self.whole = self.spec = find_lab("tiled_matmul")
+        self.name, self.events, self.opening, self.fails_to_open = name, events, opening, fails_to_open
+        self.sub = SimpleNamespace(gpu=None)
+        self.end_workers = True
+        self.workers = [SimpleNamespace(kill=lambda who=f"{name}/{k}": events.append(("kill", who, time.monotonic())))
+                        for k in ("student", "baselines")]
+
+    def sessions(self):
+        return self.workers
+
+    def open_timing(self):
+        self.events.append(("open", self.name, time.monotonic()))
+        self.opening.wait()  # every lab opens at once
+        if self.fails_to_open:
+            raise RuntimeError("broken")
+        return self
+
+    def timed(self):
+        assert not self.end_workers  # the repository ends the workers, not each lab
+        self.events.append(("timed", self.name, time.monotonic()))
+        return self
+
+    def report(self):
+        time.sleep(0.05)
+        self.events.append(("scored", self.name, time.monotonic()))
+        return f"report of {self.name}"
+
+    def close(self):
+        pass
+
+
+def test_a_repositorys_labs_open_their_timings_together_and_their_workers_end_after_the_last():
+    from grader.procgroup import TEARDOWNS
+    from grader.repo import _time_in_turn
+
+    events: list = []
+    opening = threading.Barrier(3, timeout=5)  # broken unless the three labs open together
+    labs = [_Lab("a", events, opening), _Lab("b", events, opening, fails_to_open=True), _Lab("c", events, opening)]
+    reports: list = [None, None, None]
+    _time_in_turn(list(enumerate(labs)), reports, GradeOptions(), None)
+    TEARDOWNS.wait("")
+    kinds = [kind for kind, _, _ in events]
+    assert kinds[:3] == ["open"] * 3
+    assert [who for kind, who, _ in events if kind == "timed"] == ["a", "c"]  # in turn; b could not open
+    assert reports[0] == "report of a" and reports[2] == "report of c"
+    assert "broken" in reports[1].checks[0].message and reports[1].checks[0].outcome.value == "error"
+    last_scored = max(t for kind, _, t in events if kind == "scored")
+    kills = [(who, t) for kind, who, t in events if kind == "kill"]
+    assert sorted(who for who, _ in kills) == sorted(f"{n}/{k}" for n in "abc" for k in ("student", "baselines"))
+    assert all(t >= last_scored for _, t in kills)  # no worker ended beside a timed call
