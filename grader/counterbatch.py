@@ -17,11 +17,18 @@ depend on the session.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
+import math
+import os
 import secrets
+import shutil
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from . import counters
 from .correctness import tool_task
@@ -32,6 +39,7 @@ from .outcome import CheckResult
 from .procgroup import AnyOf, Stop
 from .runner import Isolation, RunDirs
 from .submission import Submission
+from .toolrun import ToolRun
 from .worker.protocol import MARK_KERNEL, Task, marked_tasks
 
 
@@ -50,13 +58,23 @@ class Request:
     stop: Stop  # set once the lab's verdicts no longer need the run (a correctness case hung)
 
 
-def requests_of(sub: Submission, profiles: Profiles) -> list[Request]:
-    """The student's cases of ``sub``'s lab that its counter checks profile (inputs written)."""
+def requests_of(sub: Submission, profiles: Profiles, staged: Path | None = None) -> list[Request]:
+    """The student's cases of ``sub``'s lab that its counter checks profile (inputs written).
+    With ``staged`` (a folder an early session sees), the inputs and a copy of the library are
+    written there."""
     out = []
+    library, isolation = sub.library, sub.isolation
+    if staged is not None:
+        staged.mkdir(parents=True)
+        library = staged / "student.so"
+        shutil.copyfile(sub.library, library)
+        isolation = dataclasses.replace(isolation, read_only=(*isolation.read_only, staged))
     for key, metrics in profiles.metrics.items():
         check = next(c for c in sub.spec.counters if c.id == profiles.first[key])
         dirs = sub.tool_dirs(f"ncu-{check.id}")
-        out.append(Request(sub.spec.id, key, metrics, tool_task(sub, check, dirs), sub.isolation,
+        if staged is not None:
+            dirs = RunDirs(staged / f"ncu-{check.id}", dirs.outbox)
+        out.append(Request(sub.spec.id, key, metrics, tool_task(sub, check, dirs, library), isolation,
                            sub.time_left(check.time_limit_s), dirs, sub.gpu, sub.moot))
     return out
 
@@ -94,12 +112,20 @@ def profile_together(requests: list[Request]) -> dict[tuple[str, CaseKey], Count
     """Profile ``requests`` in one session. Returns a run for each request the session settled;
     those missing are to be profiled alone."""
     marks = marks_for(len(requests))
-    metrics = tuple(dict.fromkeys(m for r in requests for m in r.metrics))
     task = marked_tasks([r.task for r in requests], marks)
-    run, early = run_profiler(task, metrics, requests[0].dirs.sub("session"), max(r.time_limit_s for r in requests),
+    run, early = run_profiler(task, metrics_of(requests), requests[0].dirs.sub("session"), max(r.time_limit_s for r in requests),
                               combined([r.isolation for r in requests]), requests[0].gpu, AnyOf(r.stop for r in requests))
     if run is None:  # no profiler, no permission, counters busy: the same for every lab
         return {} if early.error else {(r.lab, r.key): early for r in requests}
+    return settled(requests, marks, run)
+
+
+def metrics_of(requests: list[Request]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m for r in requests for m in r.metrics))
+
+
+def settled(requests: list[Request], marks: list[int], run: ToolRun, early: bool = False) -> dict[tuple[str, CaseKey], CounterRun]:
+    """What a completed session's run settled, per request (those missing are profiled alone)."""
     results = (run.result or {}).get("results")
     if run.failure("") or not isinstance(results, list):
         return {}
@@ -111,21 +137,107 @@ def profile_together(requests: list[Request]) -> dict[tuple[str, CaseKey], Count
         if not isinstance(result, dict):
             continue
         if result.get("status") != "ok":
-            settled = failed_run(str(result.get("error", "failed")), run)
+            done = failed_run(str(result.get("error", "failed")), run)
         else:
-            settled = judged(request.metrics, rows, result, run.log, run.seconds)
-        out[(request.lab, request.key)] = dataclasses.replace(settled, session=len(requests))
+            done = judged(request.metrics, rows, result, run.log, run.seconds)
+        out[(request.lab, request.key)] = dataclasses.replace(done, session=len(requests), early=early)
     return out
+
+
+#: The most a job sent to an early session may hold: one write to its pipe, which never blocks.
+JOB_PIPE_BYTES = 60_000
+
+
+class EarlySession:
+    """A profiler session started before its cases are known: ncu, the interpreter, CuPy and the
+    CUDA context start (about 2 s on an H100) beside the correctness cases. The labs write their
+    cases under ``staged`` (a folder its sandbox sees), and the job comes through a pipe once
+    every lab has sent its own. A session that never ran (no profiler, counters busy, a worker
+    that did not start) leaves the labs to a session started then, as before."""
+
+    def __init__(self, root: Path, metrics: tuple[str, ...], isolation: Isolation, gpu: GpuInfo | None, limit_s: float) -> None:
+        self.root, self.staged, self.metrics = root, root / "staged", metrics
+        self.staged.mkdir(parents=True)
+        isolation = dataclasses.replace(isolation, read_only=(*isolation.read_only, self.staged))
+        self._job_r, self._job_w = os.pipe()
+        self._job_inode = os.fstat(self._job_r).st_ino
+        self._stops: list[Stop] = []
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()  # the job's pipe: written, or closed, once
+        self._deadline = math.inf
+        self._outcome: tuple[ToolRun | None, CounterRun] = (None, CounterRun(error="not run"))
+        self._thread = threading.Thread(target=self._run, args=(RunDirs(root / "grader", root / "runs"), isolation, gpu, limit_s),
+                                        name="counter-session", daemon=True)
+        self._thread.start()
+
+    def is_set(self) -> bool:
+        """The run's stop: cancelled, past the cases' limit, or a lab's case hung."""
+        return self._cancelled.is_set() or time.monotonic() > self._deadline or any(s.is_set() for s in self._stops)
+
+    def _run(self, dirs: RunDirs, isolation: Isolation, gpu: GpuInfo | None, limit_s: float) -> None:
+        try:
+            self._outcome = run_profiler(self._job_r, self.metrics, dirs, limit_s, isolation, gpu, self)
+        finally:  # the pipe's read end is closed once the worker has it; not where none started
+            with contextlib.suppress(OSError):
+                if os.fstat(self._job_r).st_ino == self._job_inode:
+                    os.close(self._job_r)
+
+    def run(self, requests: list[Request]) -> dict[tuple[str, CaseKey], CounterRun] | None:
+        """Send the session its job and wait: what it settled, or None where it never ran."""
+        marks = marks_for(len(requests))
+        job = json.dumps(marked_tasks([r.task for r in requests], marks)).encode()
+        self._stops = [r.stop for r in requests]
+        self._deadline = time.monotonic() + max(r.time_limit_s for r in requests)
+        sent = False
+        with self._lock:
+            if self._job_w >= 0 and set(metrics_of(requests)) <= set(self.metrics) and len(job) <= JOB_PIPE_BYTES:
+                with contextlib.suppress(OSError):  # a worker that did not start has closed the pipe
+                    sent = os.write(self._job_w, job) == len(job)
+        self._close_job(cancel=not sent)
+        self._thread.join()
+        run, early = self._outcome
+        if run is not None:
+            return settled(requests, marks, run, early=True)
+        return {} if sent and early.error else None  # stopped or timed out on its cases: as a session started then
+
+    def _close_job(self, cancel: bool) -> None:
+        if cancel:
+            self._cancelled.set()
+        with self._lock:
+            if self._job_w >= 0:
+                os.close(self._job_w)
+                self._job_w = -1
+
+    def close(self, keep: bool = False) -> None:
+        """Stop the session if it is still waiting for its job, and remove its folder (unless ``keep``)."""
+        self._close_job(cancel=True)
+        self._thread.join()
+        if not keep:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 class ProfileBatch(LabBatch[Request, CaseKey, CounterRun]):
     """Collects the labs' requests; profiles them together once every lab has sent its own
-    (none, for a lab that will not be profiled), then hands each lab its runs."""
+    (none, for a lab that will not be profiled), then hands each lab its runs. With ``early``,
+    in a session already started."""
 
     name = "counter-session"
 
+    def __init__(self, labs: Iterable[str], early: EarlySession | None = None) -> None:
+        super().__init__(labs)
+        self.early = early
+
+    def staged(self, lab: str) -> Path | None:
+        """Where ``lab`` writes its cases for the early session (None: where it would alone)."""
+        return self.early.staged / lab if self.early is not None else None
+
     def _together(self, requests: list[Request]) -> dict[tuple[str, CaseKey], CounterRun]:
-        return profile_together(requests)
+        done = self.early.run(requests) if self.early is not None else None
+        return profile_together(requests) if done is None else done
+
+    def _alone(self) -> None:
+        if self.early is not None:
+            self.early.close(keep=True)
 
 
 def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool]) -> list[CheckResult]:
@@ -135,7 +247,7 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
     checks are gated: none is returned)."""
     profiles = counters.Profiles(sub.spec.counters)
     if batch is not None:
-        batch.send_made(sub.spec.id, lambda: requests_of(sub, profiles))
+        batch.send_made(sub.spec.id, lambda: requests_of(sub, profiles, batch.staged(sub.spec.id)))
         for key, run in batch.runs(sub.spec.id).items():
             profiles.settle("student", key, run)
     if any(("student", key) not in profiles.runs for key in profiles.metrics) and not correct():

@@ -23,10 +23,11 @@ from .flock import gpu_folder, wait_exclusive
 from .gpu import GpuInfo, key_of
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .procgroup import Stop
-from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
+from .runner import Isolation, RunDirs
 from .spec import CounterCheck, params_label, split_metrics
 from .submission import Submission
 from .textutil import cap_lines
+from .toolrun import TOOL_LOG, ToolRun, run_under_tool
 from .worker.protocol import Task
 
 #: Counter checks on the same case share a profiler run: (sorted params, seed).
@@ -46,6 +47,7 @@ class CounterRun:
     seconds: float = 0.0
     cached: bool = False
     session: int = 0  # profiled with this many cases of the student's labs in one session (0: alone)
+    early: bool = False  # ... in a session started before the cases were known
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,13 @@ def profiling_lock(time_limit_s: float, folder: Path | None = None) -> Iterator[
         os.close(fd)
 
 
-def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: float,
-                           pause_s: float = BUSY_PAUSE_S, folder: Path | None = None) -> tuple[ToolRun | None, str]:
-    """``attempt(limit)`` under the profiling lock, again while a profiler outside the grader
-    holds the counters. Returns the run, or None and why the counters could not be had."""
+def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: float, pause_s: float = BUSY_PAUSE_S,
+                           folder: Path | None = None, attempts: int = BUSY_ATTEMPTS) -> tuple[ToolRun | None, str]:
+    """``attempt(limit)`` under the profiling lock, again (up to ``attempts`` in all) while a
+    profiler outside the grader holds the counters. Returns the run, or None and why the
+    counters could not be had."""
     deadline = time.monotonic() + time_limit_s
-    for tries in range(1, BUSY_ATTEMPTS + 1):
+    for tries in range(1, attempts + 1):
         left = deadline - time.monotonic()
         try:
             with profiling_lock(left, folder) as waited:
@@ -146,7 +149,7 @@ def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: fl
             return None, f"another grader kept the profiler busy for {time_limit_s:g} s (lock {exc})"
         if run.timed_out or BUSY_MARK not in run.log:  # the profiler's own report, never what the program printed
             return run, ""
-        if tries < BUSY_ATTEMPTS and deadline - time.monotonic() > pause_s:
+        if tries < attempts and deadline - time.monotonic() > pause_s:
             time.sleep(pause_s)
     return None, (f"the GPU's performance counters stayed busy through {tries} tries: another profiler "
                   "(Nsight Compute outside the grader, DCGM) was collecting on this GPU")
@@ -196,11 +199,12 @@ def profile(
     return counted
 
 
-def run_profiler(task: Task, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
+def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
                  gpu: GpuInfo | None, stop: Stop | None = None) -> tuple[ToolRun | None, CounterRun]:
     """``task`` run under ncu collecting ``metrics``, holding ``gpu``'s profiling lock: the run,
     or None and why there is nothing to read (no ncu, no permission, counters busy, timed out or
-    stopped once ``stop`` was set)."""
+    stopped once ``stop`` was set). ``task`` may be the pipe its job comes through
+    (``run_under_tool``): it is tried once, not again while the counters are busy."""
     ncu = toolchain.find("ncu")
     if ncu is None:
         return None, CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
@@ -211,7 +215,7 @@ def run_profiler(task: Task, metrics: tuple[str, ...], dirs: RunDirs, time_limit
     attempts = iter(range(1, 100))
     run, busy = run_when_counters_free(
         lambda limit: run_under_tool(cmd, task, dirs.sub(f"try{next(attempts)}"), limit, isolation, stop=stop), time_limit_s,
-        folder=lock_folder(gpu))
+        folder=lock_folder(gpu), attempts=1 if isinstance(task, int) else BUSY_ATTEMPTS)
     if run is None:
         return None, CounterRun(skipped=busy)
     if run.timed_out:
@@ -335,6 +339,8 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
                 "profile_seconds": round(mine.seconds, 2)}
     if mine.session:
         measured["profile_session_cases"] = mine.session
+    if mine.early:
+        measured["profile_session_early"] = True
     shared_with = profiles.first[profiles.case(check)]
     if shared_with != check.id:
         measured["profile_run_of"] = shared_with

@@ -37,6 +37,9 @@ class LabBatch(Generic[R, K, V]):
     def _together(self, requests: list[R]) -> dict[tuple[str, K], V]:
         raise NotImplementedError
 
+    def _alone(self) -> None:
+        """Called instead of ``_together`` where fewer than two labs sent requests."""
+
     def waiting_for(self) -> set[str]:
         """The labs that have not sent their requests yet."""
         with self._lock:
@@ -52,6 +55,7 @@ class LabBatch(Generic[R, K, V]):
             last = not self._open
         if last:
             if len({r.lab for r in self._requests}) < 2:
+                self._alone()
                 self._done.set()  # one lab: it runs as it would alone
             else:
                 threading.Thread(target=self._run, name=self.name, daemon=True).start()

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from . import toolchain
 from .build import lab_build
-from .counterbatch import ProfileBatch
+from .cachedirs import default_cache_dir
+from .counterbatch import EarlySession, ProfileBatch
+from .counters import Profiles
 from .errors import GraderError, internal_error_message
 from .gpu import key_of
 from .grade import LabGrading
@@ -25,6 +29,7 @@ from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, 
 from .outcome import CheckResult, LabReport, Outcome, Stage
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
 from .procgroup import TEARDOWNS
+from .runner import Isolation
 from .safeio import UnsafeFile, submission_file
 from .sandbox import Sandbox
 from .sanitizerbatch import SanitizerBatch
@@ -164,16 +169,39 @@ def grade_many(
         # overlap one another (none of them is timed), and the timing below waits for all of them
         # a student's labs share one profiler session and one sanitizer run per tool (never two students')
         labs = [items[i][0].id for i in todo]
-        shared = (ProfileBatch(labs), SanitizerBatch(labs)) if root is not None else None
+        early = early_profiler([items[i][0] for i in todo], options) if root is not None else None
+        shared = (ProfileBatch(labs, early), SanitizerBatch(labs)) if root is not None else None
         started: list[tuple[int, LabGrading]] = []
-        with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
-            for i, begun in zip(todo, pool.map(begin, todo, [shared] * len(todo))):
-                if isinstance(begun, LabReport):
-                    reports[i] = begun
-                else:
-                    started.append((i, begun))
-        _time_in_turn(started, reports, options, before_timing)
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
+                for i, begun in zip(todo, pool.map(begin, todo, [shared] * len(todo))):
+                    if isinstance(begun, LabReport):
+                        reports[i] = begun
+                    else:
+                        started.append((i, begun))
+            _time_in_turn(started, reports, options, before_timing)
+        finally:
+            if early is not None:
+                early.close(keep=options.keep_work is not None)
     return [r for r in reports if r is not None]
+
+
+def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession | None:
+    """A student's profiler session, started before their labs' cases are known, where two labs
+    or more have counter checks (None where it would not run: no GPU, no profiler)."""
+    profiled = [spec for spec in map(runnable, specs) if spec.counters]
+    if len(profiled) < 2 or not options.counters or toolchain.find("ncu") is None:
+        return None
+    gpu = probe_for(options).gpu
+    if gpu is None:
+        return None
+    metrics = tuple(dict.fromkeys(m for spec in profiled for ms in Profiles(spec.counters).metrics.values() for m in ms))
+    isolation = Isolation(sandbox_for(options), read_only=tuple(spec.files.problem for spec in profiled),
+                          cupy_cache=(options.cache_dir or default_cache_dir()) / "cupy-kernels")
+    if options.keep_work is not None:
+        options.keep_work.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="grade-profiler-", dir=options.keep_work))
+    return EarlySession(root, metrics, isolation, gpu, options.submission_limit_s)
 
 
 def _open(grading: LabGrading) -> BaseException | None:

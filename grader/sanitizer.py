@@ -17,10 +17,11 @@ from . import toolchain
 from .correctness import tool_task
 from .outcome import GATE, CheckResult, Outcome, Stage
 from .procgroup import Stop
-from .runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
+from .runner import Isolation, RunDirs
 from .spec import LabSpec, SanitizerCheck, params_label
 from .submission import Submission
 from .textutil import cap_lines
+from .toolrun import TOOL_LOG, ToolRun, run_under_tool
 from .worker.protocol import Task
 
 ERROR_EXIT = 86  # what compute-sanitizer exits with when it reported an error

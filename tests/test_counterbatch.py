@@ -11,8 +11,9 @@ from grader import counterbatch
 from grader.counterbatch import ProfileBatch, Request, profile_together, split_at_marks
 from grader.counters import CounterRun, kernel_rows
 from grader.options import GradeOptions, sandbox_for
-from grader.runner import TOOL_LOG, Isolation, RunDirs, ToolRun, run_under_tool
+from grader.runner import Isolation, RunDirs
 from grader.sandbox import Sandbox
+from grader.toolrun import TOOL_LOG, ToolRun, run_under_tool
 from grader.worker.protocol import MARK_KERNEL, case_task, marked_tasks
 
 HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",' \
@@ -145,7 +146,7 @@ def test_a_case_the_session_left_is_profiled_alone_only_for_a_lab_whose_cases_al
 
     spec = find_lab("tiled_matmul")
     graded: list[str] = []
-    monkeypatch.setattr(counterbatch, "requests_of", lambda sub, profiles: [])
+    monkeypatch.setattr(counterbatch, "requests_of", lambda sub, profiles, staged: [])
     monkeypatch.setattr(counters, "grade", lambda sub, check, profiles: graded.append(check.id))
     batch = ProfileBatch([spec.id])  # one lab: the session leaves it to be profiled alone
     out = counterbatch.counted(SimpleNamespace(spec=spec), batch, lambda: correct)
@@ -246,3 +247,128 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
     counted = find_lab("tiled_matmul")
     grade.LabGrading(counted, counted.files.reference, GradeOptions(gpu=False), batch=batch).start().close()
     assert batch.waiting_for() == set()  # without a GPU it never counts: it leaves when its start ends
+
+
+# ------------------------------------------------------------ a session started before its cases
+
+
+def test_an_early_run_gets_its_job_through_a_pipe_and_sees_what_was_staged_after_it_started(tmp_path):
+    """The session starts before the labs write their cases: its sandbox binds the staging folder
+    at the start, and a file written there later is seen; the job comes through the pipe, whose
+    read end the grader closes once the run has it."""
+    import json
+    import os
+    import time
+
+    sandbox = sandbox_for(GradeOptions())  # without one, the same run unconfined
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    job_r, job_w = os.pipe()
+    script = 'log=$1; shift; while [ "$1" != --job-fd ]; do shift; done; cat /dev/fd/$2 > "$log"; cat "$STAGED" >> "$log"'
+    tool = ["/bin/sh", "-c", script.replace("$STAGED", str(staged / "lab" / "x.npy")), "sh", TOOL_LOG]
+    runs: list[ToolRun] = []
+    thread = threading.Thread(target=lambda: runs.append(run_under_tool(
+        tool, job_r, RunDirs(tmp_path / "in", tmp_path / "out"), 30, Isolation(sandbox, read_only=(staged,)))))
+    thread.start()
+    time.sleep(0.5)  # the run has started and waits for its job
+    (staged / "lab").mkdir()
+    (staged / "lab" / "x.npy").write_text("staged later\n")
+    os.write(job_w, json.dumps({"kind": "marked"}).encode() + b"\n")
+    os.close(job_w)
+    thread.join(30)
+    assert runs and runs[0].returncode == 0, runs
+    assert runs[0].log.splitlines() == ['{"kind": "marked"}', "staged later"]
+    with pytest.raises(OSError):
+        os.fstat(job_r)  # closed here once the run had it
+
+
+def _early(monkeypatch, tmp_path, profiler):
+    """An early session whose profiler run is ``profiler(job_fd, stop)`` (a test double: real
+    sessions run in the GPU tests); ``profile_together`` (a session started then) is recorded."""
+    import os
+
+    fresh: list[list[str]] = []
+
+    def fake_run_profiler(task, metrics, dirs, limit, isolation, gpu, stop):
+        assert isinstance(task, int) and metrics == ("m.sum",) and str(tmp_path / "early" / "staged") in map(str, isolation.read_only)
+        return profiler(task, stop)
+
+    def fake_together(requests):
+        fresh.append([r.lab for r in requests])
+        return {}
+
+    monkeypatch.setattr(counterbatch, "run_profiler", fake_run_profiler)
+    monkeypatch.setattr(counterbatch, "profile_together", fake_together)
+    early = counterbatch.EarlySession(tmp_path / "early", ("m.sum",), Isolation(Sandbox(None, reason="test")), None, 60)
+    return early, fresh, os
+
+
+def _read_job(fd: int) -> dict:
+    import json
+    import os
+
+    with os.fdopen(fd, "rb") as pipe:
+        return json.loads(pipe.read())
+
+
+def test_an_early_session_settles_each_labs_cases_from_the_job_it_was_sent(monkeypatch, tmp_path):
+    def profiler(fd, stop):
+        job = _read_job(fd)
+        rows = [row for k, mark in enumerate(job["marks"]) for row in (_mark(mark), (f"k{k}", "(8, 1, 1)", 10.0 * (k + 1)))]
+        results = [{"status": "ok", "kernels_launched": [f"k{k}"]} for k in range(len(job["tasks"]))]
+        return ToolRun(0, _csv(rows), "", {"status": "ok", "results": results}, 1.0), CounterRun()
+
+    early, fresh, _ = _early(monkeypatch, tmp_path, profiler)
+    batch = ProfileBatch(["a", "b"], early)
+    assert batch.staged("a") == tmp_path / "early" / "staged" / "a"
+    batch.send("b", [_request("b", tmp_path)])
+    batch.send("a", [_request("a", tmp_path)])
+    a, b = batch.runs("a"), batch.runs("b")
+    assert [(run.values, run.session, run.early) for run in (*a.values(), *b.values())] == \
+        [({"m.sum": 10.0}, 2, True), ({"m.sum": 20.0}, 2, True)]  # in lab order
+    assert not fresh
+    early.close()
+    assert not (tmp_path / "early").exists()
+
+
+def test_an_early_session_that_never_ran_leaves_the_labs_to_a_session_started_then(monkeypatch, tmp_path):
+    early, fresh, os = _early(monkeypatch, tmp_path, lambda fd, stop: (None, CounterRun(skipped="counters busy")))
+    batch = ProfileBatch(["a", "b"], early)
+    batch.send("a", [_request("a", tmp_path)])
+    batch.send("b", [_request("b", tmp_path)])
+    assert batch.runs("a") == {} and fresh == [["a", "b"]]
+    with pytest.raises(OSError):
+        os.fstat(early._job_r)  # no run took the pipe: closed all the same
+
+
+def test_an_early_session_stopped_on_its_cases_is_not_started_again(monkeypatch, tmp_path):
+    """A case that hung or ran past the limit: the labs are profiled alone, as after a session started then."""
+    def profiler(fd, stop):
+        _read_job(fd)
+        return None, CounterRun(error="did not finish within 30 s under the profiler and was killed")
+
+    early, fresh, _ = _early(monkeypatch, tmp_path, profiler)
+    batch = ProfileBatch(["a", "b"], early)
+    batch.send("a", [_request("a", tmp_path)])
+    batch.send("b", [_request("b", tmp_path)])
+    assert batch.runs("b") == {} and not fresh
+
+
+def test_an_early_session_is_stopped_where_fewer_than_two_labs_send_cases(monkeypatch, tmp_path):
+    import time
+
+    seen_stop: list[float] = []
+
+    def profiler(fd, stop):
+        while not stop.is_set():
+            time.sleep(0.01)
+        seen_stop.append(time.monotonic())
+        return None, CounterRun(error="stopped")
+
+    early, fresh, _ = _early(monkeypatch, tmp_path, profiler)
+    batch = ProfileBatch(["a", "b"], early)
+    batch.send("a", [_request("a", tmp_path)])
+    started = time.monotonic()
+    batch.send("b", [])  # b failed to compile, say: a is profiled alone, and the session must not hold the lock
+    assert seen_stop and seen_stop[0] - started < 2
+    assert batch.runs("a") == {} and not fresh

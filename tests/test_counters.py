@@ -15,8 +15,9 @@ from grader.classroom.gpus import GpuSlot
 from grader.counters import Profiles
 from grader.gpu import GpuInfo
 from grader.labs import find_lab
-from grader.runner import RunDirs, ToolRun
+from grader.runner import RunDirs
 from grader.spec import CounterCheck
+from grader.toolrun import ToolRun
 
 
 def test_the_profiling_lock_keeps_two_processes_apart(tmp_path):

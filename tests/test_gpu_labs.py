@@ -173,6 +173,9 @@ def test_a_repository_profiles_its_labs_in_one_session_with_the_verdicts_of_each
     sessions = {c.measured.get("profile_session_cases") for lab, checks in together.items() for c in checks.values()
                 if lab != "tiled_matmul"}  # (a hidden kernel's failure carries no figures)
     assert sessions == {4}, sessions  # one session for the four labs that have counter checks
+    early = {c.measured.get("profile_session_early") for lab, checks in together.items() for c in checks.values()
+             if lab != "tiled_matmul"}
+    assert early == {True}, early  # started before the labs' cases were known
     for lab_id, checks in together.items():
         alone = {c.id: c for c in grade(find_lab(lab_id), sources[lab_id], options).checks if c.id in checks}
         for cid, check in checks.items():

@@ -22,10 +22,11 @@ from grader.labs import PROJECT_ROOT, find_lab
 from grader.options import GradeOptions
 from grader.outcome import Outcome
 from grader.repo import grade_many
-from grader.runner import Isolation, RunDirs, run_under_tool
+from grader.runner import Isolation, RunDirs
 from grader.spec import ExpectedSolution
 from grader.specload import load_expected
 from grader.textutil import CappedOutput
+from grader.toolrun import run_under_tool
 from grader.validate import judge
 
 HOSTILE = Path(__file__).parent / "hostile"

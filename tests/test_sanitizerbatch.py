@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from grader import sanitizer, sanitizerbatch
-from grader.runner import Isolation, RunDirs, ToolRun
+from grader.runner import Isolation, RunDirs
 from grader.sandbox import Sandbox
 from grader.sanitizerbatch import SanitizerBatch, ToolRequest, sanitize_together
+from grader.toolrun import ToolRun
 from grader.worker.protocol import Kind, case_task
 
 CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"

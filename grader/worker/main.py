@@ -131,11 +131,21 @@ def serve() -> int:
     return 0
 
 
-def one_shot(job_path: str, result_path: str) -> int:
-    task = json.loads(Path(job_path).read_text())
+def one_shot(job: str, result_path: str, job_fd: bool = False) -> int:
+    """Run one task, from the file ``job`` or, with ``job_fd``, from the pipe of that number:
+    the worker then gets ready first (CuPy, the CUDA context, under the tool) and waits for it."""
+    task = None if job_fd else json.loads(Path(job).read_text())
     # no warm-up kernel: under a profiler or sanitizer only the student's kernels should run
     cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")), warm_up=False)
+    if task is None:
+        cp.cuda.runtime.free(0)  # the context, made now: no kernel
     confine()
+    if task is None:
+        with os.fdopen(int(job), "rb") as pipe:
+            text = pipe.read()
+        if not text:
+            return 3  # the grader had no job for it after all
+        task = json.loads(text)
     result = run_task(cp, task)
     Path(result_path).write_text(json.dumps(result))
     return 0
@@ -147,7 +157,7 @@ def main(argv: list[str]) -> int:
     private_kernel_cache()
     if argv[:1] == ["--serve"]:
         return serve()
-    if len(argv) == 4 and argv[0] == "--job" and argv[2] == "--result":
-        return one_shot(argv[1], argv[3])
-    print("usage: grader.worker.main --serve | --job JOB.json --result RESULT.json", file=sys.stderr)
+    if len(argv) == 4 and argv[0] in ("--job", "--job-fd") and argv[2] == "--result":
+        return one_shot(argv[1], argv[3], argv[0] == "--job-fd")
+    print("usage: grader.worker.main --serve | --job JOB.json | --job-fd FD --result RESULT.json", file=sys.stderr)
     return 2
