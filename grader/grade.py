@@ -24,7 +24,7 @@ from .cachedirs import default_cache_dir
 from .correctness import grade_case
 from .counterbatch import ProfileBatch, counted
 from .errors import internal_error_message
-from .gpu import GpuProbe
+from .gpu import GpuProbe, key_of
 from .labs import load_problem
 from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for, secret_of
 from .outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
@@ -35,6 +35,7 @@ from .sass import static_checks
 from .spec import LabSpec
 from .submission import Submission
 from .timing import Measurement, TimedRun
+from .trusted import baselines_worker
 
 #: Seconds spent waiting for the sanitizer and counter runs before timing (not a stage of its own).
 WAITING = "waiting_for_tools"
@@ -175,16 +176,15 @@ class LabGrading:
                                  (check.id,))
         self.worker = WorkerSession(sub.student_dirs(), isolation)
         if spec.benchmark and spec.benchmark.checks and options.timing:
-            # the baselines are timed in a worker of their own, which no student code can reach;
-            # it starts with the timing's worker, once the correctness cases passed
-            self.baselines = WorkerSession(sub.trusted_dirs(), isolation.for_baselines())
+            # the baselines are timed in a worker of their own, which no student code can reach
+            self.baselines = baselines_worker(key_of(probe.gpu), isolation.for_baselines())
         try:
             with self.clock.stage(Stage.CORRECTNESS.value):
                 self._correctness(sub, self.worker)
         finally:
             self._correctness_over.set()
         self._rejudge_static(sub)
-        self._fresh_worker_for_timing()
+        self._keep_worker_for_timing()
         return self
 
     def _describe_environment(self, probe: GpuProbe, archs: tuple[str, ...]) -> None:
@@ -274,17 +274,18 @@ class LabGrading:
                     out += future.result()
         return out
 
-    def _fresh_worker_for_timing(self) -> None:
-        """End the worker that ran the correctness cases (none of its student code may run on beside
-        another lab's timed calls) and start the timing's now: until the timing loads the student's
-        library it holds only CuPy and a CUDA context, and it is ready when the timing opens. The
-        baselines' worker starts beside it: not with the correctness workers, whose start (each
-        makes a CUDA context, one at a time on a GPU) it would only hold up."""
-        if self.worker is not None:
+    def _keep_worker_for_timing(self) -> None:
+        """Keep the worker that ran the correctness cases for the timing, stopped until then
+        (SIGSTOP: none of its code runs beside another lab's timed calls), so that the timing
+        makes no CUDA context of its own; end it where there is nothing to time. The baselines'
+        worker starts now if it has not yet."""
+        if self.worker is None:
+            return
+        if self.baselines is not None and self._correct():
+            speed.hold(self.worker, True)
+            self.baselines.spawn()
+        else:
             self.worker.kill()
-            if self.baselines is not None and self._correct():
-                self.worker.spawn()
-                self.baselines.spawn()
 
     def _correct_when_done(self) -> bool:
         """``_correct()`` once the correctness cases have all run."""
@@ -331,8 +332,9 @@ class LabGrading:
         return self
 
     def sessions(self) -> list[WorkerSession]:
-        """The lab's workers, for a caller that ends them itself (``end_workers`` False)."""
-        return [s for s in (self.worker, self.baselines) if s is not None]
+        """The lab's own workers (not the baselines', which outlives it), for a caller that ends
+        them itself (``end_workers`` False)."""
+        return [self.worker] if self.worker is not None else []
 
     def report(self) -> LabReport:
         """Score what was timed and close: the CPU's part, which may run beside the next lab's timing."""

@@ -41,11 +41,12 @@ def hold(worker: WorkerSession, stopped: bool) -> None:
 
 
 def opened(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> TimedRun | list[CheckResult]:
-    """The timing opened (nothing timed yet), the student's worker then stopped until its turn;
-    or the speed checks' errors."""
+    """The timing opened (nothing timed yet), the student's worker stopped before and after until
+    its turn; or the speed checks' errors."""
     bench = sub.spec.benchmark
     assert bench is not None
     run = TimedRun(sub, worker, baselines_worker)
+    hold(worker, False)
     try:
         run.open()
         return run

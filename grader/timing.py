@@ -179,7 +179,9 @@ class TimedRun:
         self.open_s = 0.0
 
     def _call(self, who: str, task: Task) -> TaskResult:
-        result = self.owner[who].run(task, self.sub.time_left(self.bench.time_limit_s))
+        # the baselines' worker keeps a timing session for each lab, by this key
+        keyed: Task = {**task, "session": self.sub.spec.id}
+        result = self.owner[who].run(keyed, self.sub.time_left(self.bench.time_limit_s))
         if result.status != Status.OK.value:
             raise SampleFailed(who, result)
         return result

@@ -245,3 +245,66 @@ def test_a_repositorys_labs_open_their_timings_together_and_their_workers_end_af
     kills = [(who, t) for kind, who, t in events if kind == "kill"]
     assert sorted(who for who, _ in kills) == sorted(f"{n}/{k}" for n in "abc" for k in ("student", "baselines"))
     assert all(t >= last_scored for _, t in kills)  # no worker ended beside a timed call
+
+
+def test_a_worker_keeps_a_timing_session_per_lab_and_rewinds_one_opened_again_alike(monkeypatch):
+    """The baselines' worker times every lab's baselines, student after student: a lab's session
+    opened again with the same inputs and kernels starts its input sequence again instead of
+    being made anew; other arguments make a new one; closing one leaves the others."""
+    from grader.worker import sampling
+
+    made, rewound = [], []
+
+    class Session:  # a test double of TimingSession: the real one runs in the GPU tests
+        def __init__(self, cp, task):
+            made.append(task["session"])
+            self.device = {"name": task["session"]}
+
+        def rewind(self):
+            rewound.append(self.device["name"])
+
+        def save(self, out_dir):
+            return {"status": "ok"}
+
+    monkeypatch.setattr(sampling, "TimingSession", Session)
+    monkeypatch.setattr(sampling, "_TIMING", {})
+
+    def task(kind, session, **extra):
+        return {"kind": kind, "session": session, "libs": {"naive": "/n.so"}, "params": {"n": 1}, "seed": 5, **extra}
+
+    assert sampling.run_timing(None, task(Kind.TIMING_OPEN.value, "tiled_matmul"))["device"] == {"name": "tiled_matmul"}
+    sampling.run_timing(None, task(Kind.TIMING_OPEN.value, "histogram"))
+    sampling.run_timing(None, task(Kind.TIMING_OPEN.value, "tiled_matmul"))
+    assert made == ["tiled_matmul", "histogram"] and rewound == ["tiled_matmul"]
+    sampling.run_timing(None, {**task(Kind.TIMING_OPEN.value, "tiled_matmul"), "seed": 6})
+    assert made == ["tiled_matmul", "histogram", "tiled_matmul"]
+    assert sampling.run_timing(None, task(Kind.TIMING_CLOSE.value, "histogram", out_dir="/tmp"))["status"] == "ok"
+    assert sampling.run_timing(None, task(Kind.TIMING_PREPARE.value, "histogram", lib="naive"))["error"] == "no timing session is open"
+    assert set(sampling._TIMING) == {"tiled_matmul"}
+
+
+def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatch):
+    from grader import trusted
+    from grader.runner import Isolation, WorkerSession
+    from grader.sandbox import Sandbox
+
+    monkeypatch.setattr(trusted, "_WORKERS", {})
+    iso = Isolation(Sandbox(None, reason="test"), trusted=True, cupy_cache=None)
+    first = trusted.baselines_worker("gpu-a", iso)
+    assert trusted.baselines_worker("gpu-a", iso) is first and trusted.baselines_worker("gpu-b", iso) is not first
+    inside, most = [], []
+
+    def run(self, task, limit):
+        inside.append(task)
+        most.append(len(inside))
+        time.sleep(0.05)
+        inside.remove(task)
+        return TaskResult("ok", {})
+
+    monkeypatch.setattr(WorkerSession, "run", run)
+    threads = [threading.Thread(target=first.run, args=({"kind": "timing_open", "session": f"lab{k}"}, 5)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(most) == 4 and max(most) == 1  # one task at a time

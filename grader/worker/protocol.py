@@ -68,6 +68,7 @@ class Task(TypedDict, total=False):
     seed: int
     measure_copy: bool
     gated: bool
+    session: str  # timing tasks: which of the worker's open timing sessions (the lab)
     tasks: list["Task"]
     marks: list[int]
 
