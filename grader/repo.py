@@ -236,7 +236,7 @@ def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabRepor
     for (i, grading), exc in zip(started, failed):
         if exc is not None:
             reports[i] = _crashed(grading.whole, grading.name, exc)
-    started = [(i, grading) for (i, grading), exc in zip(started, failed) if exc is None]
+    started = scoring_first([(i, grading) for (i, grading), exc in zip(started, failed) if exc is None])
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
         scoring = []
         for i, grading in started:
@@ -251,10 +251,23 @@ def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabRepor
                 reports[i] = _crashed(grading.whole, grading.name, exc)
         for i, grading, note, gate_s, future in scoring:
             try:
-                reports[i] = after_gate(future.result(), note, gate_s)
+                report = reports[i] = after_gate(future.result(), note, gate_s)
+                SCORING_S[report.lab] = report.stage_seconds.get(SPEED_CHECK, 0.0)
             except Exception as exc:
                 grading.close()
                 reports[i] = _crashed(grading.whole, grading.name, exc)
+
+
+#: Seconds each lab's timed output last took to check, on the CPU beside the next lab's timing.
+SCORING_S: dict[str, float] = {}
+SPEED_CHECK = f"{Stage.SPEED.value}.check"
+
+
+def scoring_first(started: list[tuple[int, LabGrading]]) -> list[tuple[int, LabGrading]]:
+    """The labs in the order they are timed: those whose timed output took longest to check
+    (for an earlier student of this process) first, so that check runs beside the others'
+    timings rather than after the last (memory_types' oracle takes 1.5-2.5 s); else as given."""
+    return sorted(started, key=lambda item: -SCORING_S.get(item[1].spec.id, 0.0))
 
 
 def after_gate(report: LabReport, note: str, waited_s: float) -> LabReport:

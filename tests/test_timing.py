@@ -195,8 +195,10 @@ class _Lab:
     is timed in the GPU tests)."""
 
     def __init__(self, name, events, opening, fails_to_open=False):
-        self.whole = self.spec = find_lab("tiled_matmul")
+        self.whole = find_lab("tiled_matmul")
+        self.spec = SimpleNamespace(id=name)
         self.name, self.events, self.opening, self.fails_to_open = name, events, opening, fails_to_open
+        self.check_s = 0.05
         self.sub = SimpleNamespace(gpu=None)
         self.end_workers = True
         self.workers = [SimpleNamespace(kill=lambda who=f"{name}/{k}": events.append(("kill", who, time.monotonic())))
@@ -218,17 +220,20 @@ class _Lab:
         return self
 
     def report(self):
-        time.sleep(0.05)
+        time.sleep(self.check_s)
         self.events.append(("scored", self.name, time.monotonic()))
-        return f"report of {self.name}"
+        return SimpleNamespace(lab=self.name, stage_seconds={"speed.check": self.check_s})
 
     def close(self):
         pass
 
 
-def test_a_repositorys_labs_open_their_timings_together_and_their_workers_end_after_the_last():
+def test_a_repositorys_labs_open_their_timings_together_and_their_workers_end_after_the_last(monkeypatch):
+    from grader import repo
     from grader.procgroup import TEARDOWNS
     from grader.repo import _time_in_turn
+
+    monkeypatch.setattr(repo, "SCORING_S", {})
 
     events: list = []
     opening = threading.Barrier(3, timeout=5)  # broken unless the three labs open together
@@ -239,7 +244,7 @@ def test_a_repositorys_labs_open_their_timings_together_and_their_workers_end_af
     kinds = [kind for kind, _, _ in events]
     assert kinds[:3] == ["open"] * 3
     assert [who for kind, who, _ in events if kind == "timed"] == ["a", "c"]  # in turn; b could not open
-    assert reports[0] == "report of a" and reports[2] == "report of c"
+    assert reports[0].lab == "a" and reports[2].lab == "c"
     assert "broken" in reports[1].checks[0].message and reports[1].checks[0].outcome.value == "error"
     last_scored = max(t for kind, _, t in events if kind == "scored")
     kills = [(who, t) for kind, who, t in events if kind == "kill"]
@@ -308,3 +313,24 @@ def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatc
     for t in threads:
         t.join()
     assert len(most) == 4 and max(most) == 1  # one task at a time
+
+
+def test_the_lab_whose_timed_output_took_longest_to_check_is_timed_first(monkeypatch):
+    """Its check runs beside the other labs' timings instead of after the last one."""
+    from grader import repo
+    from grader.procgroup import TEARDOWNS
+    from grader.repo import _time_in_turn
+
+    monkeypatch.setattr(repo, "SCORING_S", {})
+    order = []
+    for _ in range(2):  # the first repository teaches the second
+        events: list = []
+        opening = threading.Barrier(3, timeout=5)
+        labs = [_Lab(name, events, opening) for name in ("a", "b", "c")]
+        labs[1].check_s = 0.3
+        reports: list = [None, None, None]
+        _time_in_turn(list(enumerate(labs)), reports, GradeOptions(), None)
+        TEARDOWNS.wait("")
+        order.append([who for kind, who, _ in events if kind == "timed"])
+        assert [r.lab for r in reports] == ["a", "b", "c"]  # reports stay in lab order
+    assert order == [["a", "b", "c"], ["b", "a", "c"]]
