@@ -2,8 +2,9 @@
 
 Labs are started together (compile, static checks, correctness, with sanitizer and counter
 runs in the background), and timed one by one once no profiler or sanitizer is left running and
-every other lab's student worker is stopped, so the timed calls have the GPU to themselves. A lab that is missing or breaks
-the grader gets a report that says so; the others are graded as usual.
+every other lab's student worker is stopped, so the timed calls have the GPU to themselves. A
+lab that is missing or breaks the grader gets a report that says so; the others are graded as
+usual.
 """
 
 from __future__ import annotations
@@ -252,7 +253,8 @@ def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabRepor
         for i, grading, note, gate_s, future in scoring:
             try:
                 report = reports[i] = after_gate(future.result(), note, gate_s)
-                SCORING_S[report.lab] = report.stage_seconds.get(SPEED_CHECK, 0.0)
+                if SPEED_CHECK in report.stage_seconds:  # (a lab not timed says nothing of its check)
+                    SCORING_S[report.lab] = report.stage_seconds[SPEED_CHECK]
             except Exception as exc:
                 grading.close()
                 reports[i] = _crashed(grading.whole, grading.name, exc)
