@@ -192,7 +192,7 @@ class TimedRun:
         except SampleFailed as failed:
             if failed.result.status != Status.OUT_OF_MEMORY.value:
                 raise
-            TEARDOWNS.wait(self.gpu)  # workers still ending (the previous lab's, or student's) held the memory
+            TEARDOWNS.wait(self.gpu)  # the previous repository's workers, still ending, held the memory
             return self._call(who, task)
 
     def open(self) -> None:
