@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -13,11 +14,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from . import toolchain
 from .cachedirs import default_cache_dir
 from .errors import GraderError
+from .flock import wait_exclusive
 from .outcome import KernelResources, SourceLocation
 from .procgroup import run_capped
 from .safeio import SOURCE_LIMIT_BYTES, read_file
@@ -122,64 +124,101 @@ def build(
     digest = key.hexdigest()[:32]
     cache = (cache_dir or default_cache_dir()) / "builds"
     final = cache / digest
-    meta_path = final / "build.json"
-    if meta_path.exists():
-        try:
-            meta = json.loads(meta_path.read_text())
-            return _result_from_meta(final, meta, str(_compiled_name(display, source)), cached=True,
-                                     seconds=time.monotonic() - started)
-        except (OSError, ValueError, KeyError):
-            shutil.rmtree(final, ignore_errors=True)
-
+    hit = _cached(final, display, source, started)
+    if hit is not None:
+        return hit
     cache.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
-    try:
-        # Compile a copy named as the student knows it, so messages carry the right file name.
-        rel = _compiled_name(display, source)
-        local_src = work / rel
-        local_src.parent.mkdir(parents=True, exist_ok=True)
-        local_src.write_bytes(src_bytes)
-        (work / header.name).write_bytes(header_bytes)
-        (work / SUPPORT_NAME).write_bytes(support_bytes)
-        # "./": a file named like an option (-DX.cu) is still a file to nvcc
-        cmd = [str(nvcc), *cmd_flags, "-include", header.name, "-o", "lib.so", f"./{rel}", SUPPORT_NAME]
-        prlimit = shutil.which("prlimit")
-        if prlimit:
-            cmd = [prlimit, f"--as={COMPILE_MEMORY_LIMIT_BYTES}", f"--fsize={COMPILE_FILE_LIMIT_BYTES}", "--", *cmd]
-        if sandbox is not None:
-            cuda_root = nvcc.resolve().parent.parent
-            cmd = sandbox.wrap(cmd, read_only=(cuda_root,), writable=(work,), cwd=work)
-        output, rc = _run_compiler(cmd, work, time_limit_s)
-        timed_out = rc is None
-        output = output.replace(str(work) + "/", "").replace(f"./{rel}", str(rel))
-        ok = rc == 0 and (work / "lib.so").exists()
-        kernels = parse_ptxas(output, archs[0] if archs else None) if ok else ()
-        if timed_out:
-            message = f"compilation of {display} took longer than {time_limit_s:g} s and was stopped"
-        elif ok:
-            message = f"compiled for {', '.join(archs)}"
-        else:
-            message = summarize_errors(output, display)
-        meta = {
-            "ok": ok,
-            "message": message,
-            "log": student_log(output),
-            "kernels": [k.__dict__ for k in kernels],
-            "archs": list(archs),
-            "timed_out": timed_out,
-        }
-        if timed_out:  # do not cache a timeout: the machine may just have been busy
-            shutil.rmtree(work, ignore_errors=True)
-            return _result_from_meta(work, meta, str(rel), cached=False, seconds=time.monotonic() - started)
-        (work / "build.json").write_text(json.dumps(meta, indent=1))
+    with _one_builder(cache, digest, time_limit_s):
+        hit = _cached(final, display, source, started)  # another grader built it while this one waited
+        if hit is not None:
+            return hit
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
         try:
-            os.rename(work, final)  # publish atomically
-        except OSError:  # someone else published the same build first
+            # Compile a copy named as the student knows it, so messages carry the right file name.
+            rel = _compiled_name(display, source)
+            local_src = work / rel
+            local_src.parent.mkdir(parents=True, exist_ok=True)
+            local_src.write_bytes(src_bytes)
+            (work / header.name).write_bytes(header_bytes)
+            (work / SUPPORT_NAME).write_bytes(support_bytes)
+            # "./": a file named like an option (-DX.cu) is still a file to nvcc
+            cmd = [str(nvcc), *cmd_flags, "-include", header.name, "-o", "lib.so", f"./{rel}", SUPPORT_NAME]
+            prlimit = shutil.which("prlimit")
+            if prlimit:
+                cmd = [prlimit, f"--as={COMPILE_MEMORY_LIMIT_BYTES}", f"--fsize={COMPILE_FILE_LIMIT_BYTES}", "--", *cmd]
+            if sandbox is not None:
+                cuda_root = nvcc.resolve().parent.parent
+                cmd = sandbox.wrap(cmd, read_only=(cuda_root,), writable=(work,), cwd=work)
+            output, rc = _run_compiler(cmd, work, time_limit_s)
+            timed_out = rc is None
+            output = output.replace(str(work) + "/", "").replace(f"./{rel}", str(rel))
+            ok = rc == 0 and (work / "lib.so").exists()
+            kernels = parse_ptxas(output, archs[0] if archs else None) if ok else ()
+            if timed_out:
+                message = f"compilation of {display} took longer than {time_limit_s:g} s and was stopped"
+            elif ok:
+                message = f"compiled for {', '.join(archs)}"
+            else:
+                message = summarize_errors(output, display)
+            meta = {
+                "ok": ok,
+                "message": message,
+                "log": student_log(output),
+                "kernels": [k.__dict__ for k in kernels],
+                "archs": list(archs),
+                "timed_out": timed_out,
+            }
+            if timed_out:  # do not cache a timeout: the machine may just have been busy
+                shutil.rmtree(work, ignore_errors=True)
+                return _result_from_meta(work, meta, str(rel), cached=False, seconds=time.monotonic() - started)
+            (work / "build.json").write_text(json.dumps(meta, indent=1))
+            try:
+                os.rename(work, final)  # publish atomically
+            except OSError:  # someone else published the same build first
+                shutil.rmtree(work, ignore_errors=True)
+            return _result_from_meta(final, meta, str(rel), cached=False, seconds=time.monotonic() - started)
+        except BaseException:
             shutil.rmtree(work, ignore_errors=True)
-        return _result_from_meta(final, meta, str(rel), cached=False, seconds=time.monotonic() - started)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+            raise
+
+
+def _cached(final: Path, display: str, source: Path, started: float) -> BuildResult | None:
+    """The build published at ``final``, if there is a readable one (a broken one is removed)."""
+    meta_path = final / "build.json"
+    if not meta_path.exists():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        return _result_from_meta(final, meta, str(_compiled_name(display, source)), cached=True,
+                                 seconds=time.monotonic() - started)
+    except (OSError, ValueError, KeyError):
+        shutil.rmtree(final, ignore_errors=True)
+        return None
+
+
+#: Where the locks live that let one grader build a given digest while others wait for it.
+LOCKS = ".locks"
+
+
+@contextlib.contextmanager
+def _one_builder(cache: Path, digest: str, time_limit_s: float) -> Iterator[None]:
+    """Hold the build lock of ``digest`` in ``cache``: a class's CPU pool and a lane (or two graders
+    sharing a cache) that need the same build compile it once; the other waits, then finds it
+    cached. A lock that cannot be had in time (or made at all) is gone without: both compile."""
+    try:
+        (cache / LOCKS).mkdir(exist_ok=True)
+        fd = os.open(cache / LOCKS / digest, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            wait_exclusive(fd, 0.05, time_limit_s + 10, "build lock")
+        except TimeoutError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _compiled_name(display: str, source: Path) -> Path:

@@ -102,6 +102,20 @@ def test_second_build_is_cached(reference, cache):
 # ------------------------------------------------------------------ compile errors
 
 
+def test_two_graders_that_need_one_build_at_once_compile_it_once(tmp_path):
+    """A class's CPU pool and a lane (or two graders sharing a cache) building the same file: the
+    second waits for the first's build instead of compiling it beside it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    shared = tmp_path / "cache"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda _: build(REFERENCE, HEADER, ARCHS, cache_dir=shared), range(2)))
+    assert all(r.ok for r in results)
+    assert sorted(r.cached for r in results) == [False, True]
+    assert results[0].library == results[1].library
+    assert [p.name for p in (shared / "builds").iterdir() if p.name.startswith("build-")] == []
+
+
 def test_syntax_error_names_student_file_and_line(sources, cache):
     result = build(sources / "syntax_error.cu", HEADER, ARCHS, cache_dir=cache)
     assert not result.ok
