@@ -12,6 +12,7 @@ Where bubblewrap is missing or cannot run, steps run unsandboxed and reports say
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import glob
 import os
@@ -176,6 +177,16 @@ def detect() -> Sandbox:
     return Sandbox(path, version=version)
 
 
+def remove_read_only(folder: Path) -> None:
+    """Remove a tree whose folders were made read-only: a user who is not root cannot unlink
+    what is in them until they are writable again."""
+    for path in [folder, *folder.rglob("*")] if folder.is_dir() else ():
+        if path.is_dir() and not path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.chmod(0o700)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @functools.lru_cache(maxsize=None)
 def worker_runtime() -> Path:
     """A read-only copy of the worker package, made once per grader process.
@@ -184,7 +195,7 @@ def worker_runtime() -> Path:
     grader), so the grader's other files stay hidden.
     """
     folder = Path(tempfile.mkdtemp(prefix="grader-runtime-"))
-    atexit.register(shutil.rmtree, folder, True)
+    atexit.register(remove_read_only, folder)
     here = Path(__file__).parent
     package = folder / "grader"
     shutil.copytree(here / "worker", package / "worker", ignore=shutil.ignore_patterns("__pycache__"))

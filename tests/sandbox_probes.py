@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -158,13 +159,25 @@ def probe_trusted_import(work: Path) -> dict:
     return seen
 
 
-PROBES = {"escape": probe_escape, "plant": probe_plant, "trusted_import": probe_trusted_import}
+def probe_runtime(work: Path) -> dict:
+    """The read-only copy of the worker a grader process makes (removed when it exits)."""
+    from grader.sandbox import worker_runtime
+
+    folder = worker_runtime()
+    return {"runtime": str(folder), "read only": not os.access(folder / "grader", os.W_OK) or os.geteuid() == 0}
+
+
+PROBES = {"escape": probe_escape, "plant": probe_plant, "trusted_import": probe_trusted_import, "runtime": probe_runtime}
 
 
 def main() -> None:
     sys.path.insert(0, sys.argv[1])
     work = Path(tempfile.mkdtemp(prefix="probe-"))
-    print(json.dumps(PROBES[sys.argv[2]](work)))
+    try:
+        print(json.dumps(PROBES[sys.argv[2]](work)))
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(work)], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -77,13 +77,17 @@ def run_probe(name: str, mode: str, env: dict[str, str] | None = None) -> dict:
     else:
         if USER_MODE:
             pytest.skip(f"cannot run as an unprivileged user: {USER_MODE}")
-        root = _public_copy_of_grader()
+        root = copy = _public_copy_of_grader()
         cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
                "/usr/bin/python3", "-I", str(root / PROBES.name), str(root), name]
         cwd = root
         full_env = {**full_env, "HOME": "/tmp", "GRADER_CACHE_DIR": "/tmp/grader-cache-nobody"}
         full_env.pop("PYTHONPATH", None)
-    done = subprocess.run(cmd, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=180)
+    try:
+        done = subprocess.run(cmd, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=180)
+    finally:
+        if mode != "root":
+            shutil.rmtree(copy, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert "error" not in result, result.get("error")
@@ -145,6 +149,16 @@ def test_a_trusted_run_imports_nothing_planted_in_its_folder_or_on_pythonpath(mo
     seen = run_probe("trusted_import", _as(mode))
     assert seen["planted ran the old way"], "the control: `python -m` in that folder runs the planted package"
     assert seen["ours"] and seen["returncode"] == 2, seen
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_read_only_copy_of_the_worker_is_removed_when_the_grader_exits(mode):
+    """Its folders are read-only: a grader that is not root must make them writable to remove them."""
+    if _as(mode) == "user" and subprocess.run(["/usr/bin/python3", "-c", "import numpy"], capture_output=True).returncode:
+        pytest.skip("the system Python has no numpy (Debian: python3-numpy), which the grader imports")
+    seen = run_probe("runtime", _as(mode))
+    assert seen["runtime"].startswith(tempfile.gettempdir()) and seen["read only"], seen
+    assert not Path(seen["runtime"]).exists()
 
 
 # ------------------------------------------------------------------ 4. links planted where runs can write
