@@ -8,6 +8,7 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from .build import baseline_library
@@ -16,7 +17,7 @@ from .gpu import key_of
 from .options import secret_seed
 from .procgroup import TEARDOWNS
 from .runner import TaskResult, WorkerSession
-from .spec import Timing
+from .spec import Benchmark, LabSpec, Timing
 from .submission import Submission
 from .worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
 
@@ -161,6 +162,49 @@ class Measurement:
     phase_s: dict[str, float] = field(default_factory=dict)  # "open", "sampling", "close": where the time went
 
 
+def timing_seed(spec: LabSpec, secret: str) -> int:
+    """The seed of a lab's timed inputs (secret where the course sets one)."""
+    assert spec.benchmark is not None
+    return secret_seed(secret, spec.id, "timing", spec.benchmark.seed)
+
+
+def opening(spec: LabSpec, libraries: dict[str, str], seed: int, copy: bool) -> Task:
+    """The task that opens a timing session of ``spec`` over ``libraries`` (name -> path)."""
+    assert spec.benchmark is not None
+    return timing_open(libraries, launcher_spec(spec), dict(spec.benchmark.params), str(spec.files.problem), seed, copy)
+
+
+def in_session(spec: LabSpec, task: Task) -> Task:
+    """``task`` for the lab's own timing session: the baselines' worker keeps one per lab."""
+    return {**task, "session": spec.id}
+
+
+def baselines_of(bench: Benchmark) -> list[str]:
+    return sorted({c.baseline for c in bench.checks})
+
+
+def baselines_opening(spec: LabSpec, archs: tuple[str, ...], cache_dir: Path | None, secret: str) -> Task:
+    """The task that opens ``spec``'s baselines' timing session (building them if need be): the
+    same task for every student of a process, so their worker keeps the session open between them."""
+    assert spec.benchmark is not None
+    libs = {b: str(baseline_library(spec, b, archs, cache_dir)) for b in baselines_of(spec.benchmark)}
+    return in_session(spec, opening(spec, libs, timing_seed(spec, secret), True))
+
+
+def rehearse(spec: LabSpec, archs: tuple[str, ...], cache_dir: Path | None, secret: str, worker: WorkerSession) -> None:
+    """Open ``spec``'s baselines' session in ``worker`` and call each baseline once, untimed: the
+    CuPy kernels that generating, flushing and comparing need are compiled now, into the trusted
+    kernel cache, and the session stays open for the first student. Raises SampleFailed."""
+    bench = spec.benchmark
+    assert bench is not None
+    tasks = [baselines_opening(spec, archs, cache_dir, secret)]
+    tasks += [in_session(spec, t) for b in baselines_of(bench) for t in (timing_prepare(b), timing_sample(b, False))]
+    for task in tasks:
+        result = worker.run(task, bench.time_limit_s)
+        if result.status != Status.OK.value:
+            raise SampleFailed("baselines", result)
+
+
 class TimedRun:
     """One lab's timing against its baselines, in two halves: ``open()`` readies both workers
     (inputs generated, libraries loaded: nothing timed), ``sample()`` times them interleaved,
@@ -171,7 +215,7 @@ class TimedRun:
         spec = sub.spec
         assert spec.benchmark is not None
         self.sub, self.worker, self.bench = sub, worker, spec.benchmark
-        self.baselines = sorted({c.baseline for c in self.bench.checks})
+        self.baselines = baselines_of(self.bench)
         self.owner = {**{b: baselines_worker for b in self.baselines}, "student": worker}
         self.names = [*self.baselines, "student"]
         self.m = Measurement({n: [] for n in self.names}, {n: [] for n in self.names}, {n: [] for n in self.names})
@@ -179,9 +223,7 @@ class TimedRun:
         self.open_s = 0.0
 
     def _call(self, who: str, task: Task) -> TaskResult:
-        # the baselines' worker keeps a timing session for each lab, by this key
-        keyed: Task = {**task, "session": self.sub.spec.id}
-        result = self.owner[who].run(keyed, self.sub.time_left(self.bench.time_limit_s))
+        result = self.owner[who].run(in_session(self.sub.spec, task), self.sub.time_left(self.bench.time_limit_s))
         if result.status != Status.OK.value:
             raise SampleFailed(who, result)
         return result
@@ -198,17 +240,12 @@ class TimedRun:
     def open(self) -> None:
         """Both workers generate the inputs and set up at once (nothing is timed yet), while
         earlier workers may still be ending."""
-        sub, spec, bench = self.sub, self.sub.spec, self.bench
+        sub, spec = self.sub, self.sub.spec
         started = time.monotonic()
-        seed = secret_seed(sub.secret, spec.id, "timing", bench.seed)
-        libs = {b: str(baseline_library(spec, b, sub.archs, sub.cache_dir)) for b in self.baselines}
-
-        def opening(libraries: dict[str, str], copy: bool) -> Task:
-            return timing_open(libraries, launcher_spec(spec), dict(bench.params), str(spec.files.problem), seed, copy)
-
+        student = opening(spec, {"student": str(sub.library)}, timing_seed(spec, sub.secret), False)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
-            student_open = pool.submit(self._opened, "student", opening({"student": str(sub.library)}, False))
-            self.m.device = self._opened(self.baselines[0], opening(libs, True)).data["device"]
+            student_open = pool.submit(self._opened, "student", student)
+            self.m.device = self._opened(self.baselines[0], baselines_opening(spec, sub.archs, sub.cache_dir, sub.secret)).data["device"]
             student_open.result()
         self.open_s = time.monotonic() - started
 

@@ -58,8 +58,8 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     real_lanes = scheduler._lanes
     scheduler_lanes: list = []
 
-    def lanes():
-        made = real_lanes()
+    def lanes(labs):
+        made = real_lanes(labs)
         scheduler_lanes.extend(made)
         return made
 
@@ -80,6 +80,34 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     assert results[1].problems and not results[2].problems  # the lane started afresh for zoe
     # the lane took the lock in the GPU's own folder (where its profiling lock is too)
     assert (Path(tempfile.gettempdir()) / f"cuda-grader-gpu-{slot.key}" / "grader-gpu.lock").exists()
+
+
+def test_a_rehearsal_that_takes_its_lane_process_down_costs_the_first_student_nothing(tmp_path):
+    """A lane readies its GPU before its first student, in its own process; should that process
+    die there, the lane starts afresh and the student is graded as if there had been none."""
+    import multiprocessing
+
+    from grader.classroom.lanes import GpuLane
+    from grader.labs import find_lab
+
+    target = tmp_path / "repos" / "alice" / "labs" / LAB / "student.cu"
+    target.parent.mkdir(parents=True)
+    shutil.copy(find_lab(LAB).files.reference, target)
+    options = GradeOptions(gpu=False)
+    job = plan.plan_student(roster.from_folder(tmp_path / "repos")[0], [find_lab(LAB)], options, tmp_path / "out", tmp_path)
+    manager = multiprocessing.get_context("spawn").Manager()
+    try:
+        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, manager.Queue(), "visible", 5.0, (LAB,))
+        assert lane.rehearsal is not None
+        lane.rehearsal.result(timeout=120)  # it ran in the lane's process (without a GPU: nothing to ready)
+        first = lane.pool
+        lane.rehearsal = lane.pool.submit(os._exit, 1)  # a rehearsal that took its process down
+        result = lane.run(job)
+        assert lane.pool is not first and lane.rehearsal is None
+        assert result.student == "alice" and not result.problems and result.score == 2
+        lane.close()
+    finally:
+        manager.shutdown()
 
 
 def test_a_lanes_progress_never_waits_for_the_scheduler_and_arrives_in_order():

@@ -38,8 +38,10 @@ class _TimingWorker:
         self.fails_to_open = False
         self.out_of_memory = 0  # opens that fail for want of GPU memory
         self.events = []  # (kind, time) of every task
+        self.tasks = []
 
     def run(self, task, limit):
+        self.tasks.append(task)
         time.sleep(self.delays.get(task["kind"], 0.0))
         self.events.append((task["kind"], time.monotonic()))
         if task["kind"] == Kind.TIMING_OPEN.value:
@@ -114,6 +116,29 @@ def test_a_worker_that_fails_to_open_its_timing_is_named(tmp_path, monkeypatch, 
         timing.measure(sub, workers["student"], workers["baselines"])
     assert (raised.value.who == "student") == (failing == "student")
     assert raised.value.result.reason == "the worker died"
+
+
+def test_a_rehearsal_opens_the_session_a_students_timing_then_finds_open_and_calls_each_baseline_untimed(tmp_path, monkeypatch):
+    monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
+    spec = find_lab("tiled_matmul")
+    rehearsed = _TimingWorker(tmp_path)
+    timing.rehearse(spec, ("sm_90",), tmp_path, "s", rehearsed)
+    _, _, baselines = _measure(tmp_path, monkeypatch)  # the same archs, cache and secret
+    # the worker keeps a session opened again with the same task: the first student's is rewound
+    assert rehearsed.tasks[0] == baselines.tasks[0] and rehearsed.tasks[0]["kind"] == Kind.TIMING_OPEN.value
+    names = timing.baselines_of(spec.benchmark)
+    assert len(names) >= 2
+    assert [(t["kind"], t["lib"], t.get("gated")) for t in rehearsed.tasks[1:]] == \
+           [step for b in names for step in ((Kind.TIMING_PREPARE.value, b, None), (Kind.TIMING_SAMPLE.value, b, False))]
+    assert {t["session"] for t in rehearsed.tasks} == {spec.id}
+    other = _TimingWorker(tmp_path)
+    timing.rehearse(spec, ("sm_90",), tmp_path, "another secret", other)
+    assert other.tasks[0] != rehearsed.tasks[0]  # another run's inputs: a session of its own
+    failing = _TimingWorker(tmp_path)
+    failing.fails_to_open = True
+    with pytest.raises(timing.SampleFailed):
+        timing.rehearse(spec, ("sm_90",), tmp_path, "s", failing)
+    assert len(failing.tasks) == 1
 
 
 def test_the_workers_of_a_timed_lab_are_killed_at_once():

@@ -11,11 +11,13 @@ import multiprocessing
 import os
 import queue as queues
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
+from ..labs import find_lab
 from ..options import GradeOptions
+from ..rehearsal import rehearse_timings
 from . import gpulock, health
 from .gpus import GpuSlot
 from .plan import StudentJob
@@ -97,21 +99,47 @@ def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> Stud
         sent.wait(FLUSH_S)  # the student's last lines reach the display before its result
 
 
+def _lane_rehearse(labs: tuple[str, ...], options: GradeOptions) -> None:
+    """Ready the lane's GPU before its first student (see :mod:`grader.rehearsal`), while the
+    CPU pool compiles that student."""
+    slot: GpuSlot = _LANE["slot"]
+    outbox = _LANE["outbox"]
+    with gpulock.gpu_lock(_LANE["folder"]):
+        rehearse_timings([find_lab(lab) for lab in labs], options, lambda m: outbox.put((slot.lane, "", m)))
+
+
 # ------------------------------------------------------------------ seen from the scheduler
 
 
 class GpuLane(Lane):
-    def __init__(self, slot: GpuSlot, options: GradeOptions, queue: Any, visibility: str, health_wait_s: float) -> None:
+    def __init__(self, slot: GpuSlot, options: GradeOptions, queue: Any, visibility: str, health_wait_s: float,
+                 labs: tuple[str, ...] = ()) -> None:
         self.slot, self.options, self.queue, self.visibility = slot, options, queue, visibility
         self.health_wait_s = health_wait_s
         self.name = slot.lane
         self.pool = self._start()
+        # the lane's process starts now and readies its GPU while the first student is compiled
+        self.rehearsal: Future[None] | None = self.pool.submit(_lane_rehearse, labs, options) if labs else None
 
     def _start(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_lane_setup, initargs=(self.slot, self.queue, self.health_wait_s))
 
+    def _rehearsed(self) -> None:
+        """Wait for the rehearsal, which only speeds students up: a lane process it took down is
+        started afresh, and its student graded as if there had been none."""
+        rehearsal, self.rehearsal = self.rehearsal, None
+        try:
+            if rehearsal is not None:
+                rehearsal.result()
+        except BrokenProcessPool:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self.pool = self._start()
+        except Exception:
+            pass
+
     def run(self, job: StudentJob) -> StudentResult:
+        self._rehearsed()
         try:
             return self.pool.submit(_lane_grade, job, self.options, self.visibility).result()
         except BrokenProcessPool:

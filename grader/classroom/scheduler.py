@@ -47,13 +47,15 @@ class Scheduler:
         self._events: Any = None
         self._manager: Any = None
 
-    def _lanes(self) -> list[Lane]:
+    def _lanes(self, labs: tuple[str, ...]) -> list[Lane]:
         if self.slots:
             # a queue served by a manager process: a lane process killed in the middle of sending
             # an event (a student's code took it down) cannot leave a lock taken for the next one
             self._manager = multiprocessing.get_context("spawn").Manager()
             self._events = self._manager.Queue()
-            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s) for slot in self.slots]
+            rehearsed = labs if self.options.gpu and self.options.timing else ()
+            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, rehearsed)
+                    for slot in self.slots]
         return [ThreadLane(f"cpu{k}", self.options, self.display.lane, self.visibility) for k in range(self.jobs)]
 
     def _forward_events(self, stop: threading.Event) -> None:
@@ -70,7 +72,7 @@ class Scheduler:
         if not jobs:
             self.display.begin(0, skipped, [])
             return []
-        lanes = self._lanes()
+        lanes = self._lanes(tuple(dict.fromkeys(lab for job in jobs if job.root is not None for lab in job.labs)))
         self.display.begin(len(jobs), skipped, [lane.name for lane in lanes])
         results: list[StudentResult | None] = [None] * len(jobs)
         pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="class-build", initializer=_lower_priority)
