@@ -297,12 +297,17 @@ def test_progress_is_live_on_a_terminal_and_plain_lines_elsewhere():
     shown = progress.make(False, plain)
     assert type(shown) is progress.Display
     shown.begin(2, 1, ["cpu0"])
+    shown.lane("cpu0", "", "timing readied in 9.5 s")  # what a lane says of itself is a line
+    shown.lane("cpu0", "alice", "[histogram] compiling")  # what it says of a student, and idle, are not
     shown.finished(StudentResult("alice", 12, 127, 1.5, (), "cpu0"))
+    shown.lane("cpu0", "", progress.IDLE)
     shown.finished(StudentResult("bob", 0, 127, 0.5, ("x: compile error",), "cpu0"))
     lines = plain.getvalue().splitlines()
     assert lines[0].startswith("1 students already graded") and lines[1] == "grading 2 students on 1 lanes (cpu0)"
-    assert lines[2].startswith("[1/2] alice: 12/127 in 1.5 s on cpu0 (ETA ")
-    assert lines[3].startswith("[2/2] bob: 0/127 in 0.5 s on cpu0, 1 problem (ETA 0 s)")
+    assert lines[2] == "cpu0: timing readied in 9.5 s"
+    assert lines[3].startswith("[1/2] alice: 12/127 in 1.5 s on cpu0 (ETA ")
+    assert lines[4].startswith("[2/2] bob: 0/127 in 0.5 s on cpu0, 1 problem (ETA 0 s)")
+    assert len(lines) == 5
     assert progress.make(True, plain).quiet
     tty = Terminal()
     live = progress.make(False, tty)

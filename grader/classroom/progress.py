@@ -13,9 +13,13 @@ from ..outcome import fmt_points
 from ..textutil import clean_line, neutralize_commands
 from .student import StudentResult
 
+#: What a lane says between students (shown on the live display only).
+IDLE = "idle"
+
 
 class Display:
-    """Plain lines (also the base of the live display)."""
+    """Plain lines (also the base of the live display): one per student graded, and what a lane
+    says of itself outside any student's grading (readying its GPU)."""
 
     def __init__(self, stream: TextIO | None = None, quiet: bool = False) -> None:
         self.stream = stream or sys.stderr
@@ -35,7 +39,8 @@ class Display:
         self.say(f"grading {total} students on {len(lanes)} lanes ({', '.join(lanes)})" if total else "nothing to grade")
 
     def lane(self, lane: str, student: str, text: str) -> None:
-        pass
+        if not student and text != IDLE:
+            self.say(f"{lane}: {text}")
 
     def finished(self, result: StudentResult) -> None:
         with self._lock:

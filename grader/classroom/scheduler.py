@@ -16,7 +16,7 @@ from .gpus import GpuSlot
 from .lanes import GpuLane, Lane, ThreadLane
 from .plan import StudentJob
 from .prepare import Build, Builder
-from .progress import Display
+from .progress import IDLE, Display
 from .student import StudentResult
 
 
@@ -109,7 +109,7 @@ class Scheduler:
                     failures.append(exc)
                     stop.set()
                     return
-                self.display.lane(lane.name, "", "idle")
+                self.display.lane(lane.name, "", IDLE)
                 self.display.finished(results[i])  # type: ignore[arg-type]
 
         # the forwarder drains the lanes' events until every lane process has exited: a process
