@@ -74,6 +74,25 @@ def test_reference_report_has_timing_figures():
     assert report.environment["device.peak_fp32_gflops"] > 1000
 
 
+@pytest.mark.gpu
+def test_a_rehearsal_readies_every_labs_timing_from_an_empty_cache(tmp_path):
+    """What a class's GPU lane does before its first student: afterwards the baselines' timing of
+    a lab compiles no kernel the rehearsal did not."""
+    from grader.rehearsal import rehearse_timings
+
+    options = GradeOptions(cache_dir=tmp_path / "cache", counters=False, sanitizers=False)
+    said: list[str] = []
+    assert rehearse_timings([find_lab(lab) for lab in lab_ids()], options, said.append) == []
+    assert said[0].startswith(f"readying the timing of {len(lab_ids())} labs") and said[-1].startswith("timing readied in ")
+    kernels = tmp_path / "cache" / "cupy-kernels"
+    compiled = sorted(p.name for p in kernels.rglob("*") if p.is_file())
+    assert compiled
+    spec = find_lab("tiled_matmul")
+    report = grade(spec, spec.files.reference, options)
+    assert report.timings["student"]["n"] >= 10 and all(c.outcome is not Outcome.ERROR for c in report.checks)
+    assert sorted(p.name for p in kernels.rglob("*") if p.is_file()) == compiled
+
+
 def _grade_known(lab_id: str, relative: str, **options):
     spec = find_lab(lab_id)
     report = grade(spec, spec.root / "solutions" / relative, GradeOptions(**options),
