@@ -10,6 +10,7 @@ the first timing finds the baselines' sessions open. With a full cache it takes 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,7 +22,7 @@ from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, 
 from .plan import runnable
 from .runner import Isolation
 from .spec import LabSpec
-from .timing import SampleFailed, baselines_of, rehearse
+from .timing import SampleFailed, baselines_of, inputs_only, rehearse
 from .trusted import baselines_worker
 
 
@@ -37,16 +38,20 @@ def rehearse_timings(specs: list[LabSpec], options: GradeOptions, progress: Prog
     archs = archs_for(options, probe)
     cache_dir = options.cache_dir or default_cache_dir()
     progress(f"readying the timing of {len(timed)} labs: their baselines, and the GPU kernels of their inputs")
+    worker = baselines_worker(key_of(probe.gpu), Isolation(sandbox_for(options), trusted=True,
+                                                           cupy_cache=cache_dir / "cupy-kernels"))
+    secret = secret_of(options)
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="rehearsal-build") as pool:  # all at once, ahead
         for spec in timed:
             for name in baselines_of(spec.benchmark):  # type: ignore[arg-type]
                 pool.submit(baseline_library, spec, name, archs, options.cache_dir)
-    worker = baselines_worker(key_of(probe.gpu), Isolation(sandbox_for(options), trusted=True,
-                                                           cupy_cache=cache_dir / "cupy-kernels"))
+        for spec in timed:  # meanwhile the kernels that make each lab's inputs, which need no library
+            with contextlib.suppress(Exception):  # the rehearsal proper below says what went wrong
+                worker.run(inputs_only(spec, secret), spec.benchmark.time_limit_s)  # type: ignore[union-attr]
     problems = []
     for spec in timed:
         try:
-            rehearse(spec, archs, options.cache_dir, secret_of(options), worker)
+            rehearse(spec, archs, options.cache_dir, secret, worker)
         except SampleFailed as failed:
             problems.append(f"{spec.id}: {failed.result.reason or failed.result.status}")
         except Exception as exc:

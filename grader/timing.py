@@ -191,6 +191,12 @@ def baselines_opening(spec: LabSpec, archs: tuple[str, ...], cache_dir: Path | N
     return in_session(spec, opening(spec, libs, timing_seed(spec, secret), True))
 
 
+def inputs_only(spec: LabSpec, secret: str) -> Task:
+    """A session of ``spec``'s timing without a library: its inputs generated and compared, so the
+    kernels that does are compiled before any library is built."""
+    return in_session(spec, opening(spec, {}, timing_seed(spec, secret), True))
+
+
 def rehearse(spec: LabSpec, archs: tuple[str, ...], cache_dir: Path | None, secret: str, worker: WorkerSession) -> None:
     """Open ``spec``'s baselines' session in ``worker`` and call each baseline once, untimed: the
     CuPy kernels that generating, flushing and comparing need are compiled now, into the trusted

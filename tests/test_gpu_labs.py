@@ -93,6 +93,36 @@ def test_a_rehearsal_readies_every_labs_timing_from_an_empty_cache(tmp_path):
     assert sorted(p.name for p in kernels.rglob("*") if p.is_file()) == compiled
 
 
+@pytest.mark.gpu
+def test_the_timings_input_check_compares_bytes():
+    """After each timed call the worker checks that the inputs are as they were, byte for byte."""
+    import cupy as cp
+
+    from grader.worker.sampling import ByteCompare
+
+    compare = ByteCompare(cp)
+    a = cp.arange(1000, dtype=cp.float32)
+    b = a.copy()
+    assert compare.same(a, b)
+    b[999] = -1
+    assert not compare.same(a, b)
+    nan = cp.full(7, cp.nan, dtype=cp.float32)
+    assert compare.same(nan, nan.copy())  # an input of NaNs left alone is the same input
+    zeros = cp.zeros(3, dtype=cp.float32)
+    assert not compare.same(zeros, -zeros)  # -0.0 written over 0.0 is a change
+    text = cp.arange(13, dtype=cp.uint8)
+    changed = text.copy()
+    changed[12] = 0
+    assert not compare.same(text, changed) and compare.same(text, text.copy())
+    assert compare.same(cp.zeros(0, dtype=cp.uint8), cp.zeros(0, dtype=cp.uint8))
+    assert not compare.same(text, text[:12].copy())
+    big = cp.ones(5_000_000, dtype=cp.float32)  # more bytes than threads: each thread strides
+    other = big.copy()
+    assert compare.same(big, other)
+    other[-1] = 2
+    assert not compare.same(big, other)
+
+
 def _grade_known(lab_id: str, relative: str, **options):
     spec = find_lab(lab_id)
     report = grade(spec, spec.root / "solutions" / relative, GradeOptions(**options),

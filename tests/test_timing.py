@@ -131,6 +131,9 @@ def test_a_rehearsal_opens_the_session_a_students_timing_then_finds_open_and_cal
     assert [(t["kind"], t["lib"], t.get("gated")) for t in rehearsed.tasks[1:]] == \
            [step for b in names for step in ((Kind.TIMING_PREPARE.value, b, None), (Kind.TIMING_SAMPLE.value, b, False))]
     assert {t["session"] for t in rehearsed.tasks} == {spec.id}
+    early = timing.inputs_only(spec, "s")  # the inputs' kernels, compiled while the baselines are built
+    assert early["libs"] == {} and {k: v for k, v in early.items() if k != "libs"} == \
+           {k: v for k, v in rehearsed.tasks[0].items() if k != "libs"}
     other = _TimingWorker(tmp_path)
     timing.rehearse(spec, ("sm_90",), tmp_path, "another secret", other)
     assert other.tasks[0] != rehearsed.tasks[0]  # another run's inputs: a session of its own

@@ -75,6 +75,44 @@ class Gate:
         return bool(self.flags[1])
 
 
+_DIFFER_SOURCE = r"""
+extern "C" __global__ void bytes_differ(const unsigned char* a, const unsigned char* b, unsigned long long n, int* differ) {
+    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        if (a[i] != b[i]) {
+            *differ = 1;
+            return;
+        }
+    }
+}
+"""
+
+
+class ByteCompare:
+    """Whether two device arrays hold the same bytes, by a kernel of its own.
+
+    ``cupy.array_equal`` is a reduction whose first compilation takes about 7 s on an empty
+    kernel cache (H100 host), and it calls two NaNs different; this kernel compiles in a tenth of
+    a second, and the same bytes are the same input."""
+
+    def __init__(self, cp: Any):
+        self.cp = cp
+        self.kernel = cp.RawKernel(_DIFFER_SOURCE, "bytes_differ")
+        self.flag = cp.zeros(1, dtype=cp.int32)
+
+    def same(self, a: Any, b: Any) -> bool:
+        if a.nbytes != b.nbytes or a.dtype != b.dtype:
+            return False
+        if a.nbytes == 0:
+            return True
+        cp = self.cp
+        a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
+        self.flag.data.memset(0, self.flag.nbytes)
+        blocks = min((a.nbytes + 255) // 256, 4096)
+        self.kernel((blocks,), (256,), (a, b, np.uint64(a.nbytes), self.flag))
+        return not int(self.flag.get()[0])
+
+
 class TimingSession:
     """Timed calls of one or more libraries on shared buffers, driven one sample at a time.
 
@@ -108,6 +146,7 @@ class TimingSession:
             self.no_gate = f"unavailable: {type(exc).__name__}: {exc}"
         self.count = 0
         self.tampered: set[str] = set()
+        self.compare = ByteCompare(cp)
         # once before any timed call: the comparison's GPU kernels are compiled now (the worker's
         # kernel cache starts empty), not inside the first call's round trip, which bounds its time
         self._modified_inputs()
@@ -168,10 +207,9 @@ class TimingSession:
         return {"status": Status.OK.value, "ms": ms, "wall_ms": wall, "gate": state}
 
     def _modified_inputs(self) -> set[str]:
-        cp = self.cp
         return {key for key, value in self.bufs.inputs.items()
-                if not (np.array_equal(value, self.pristine[key]) if isinstance(value, np.ndarray)
-                        else bool(cp.array_equal(value, self.pristine[key])))}
+                if not (value.tobytes() == self.pristine[key].tobytes() if isinstance(value, np.ndarray)
+                        else self.compare.same(value, self.pristine[key]))}
 
     def save(self, out_dir: Path) -> Reply:
         """The inputs (the grader's copy) and outputs of the last call, for the parent to check."""
