@@ -5,7 +5,7 @@ CuPy compiles the kernels that generate, flush and compare timed inputs the firs
 run, into the trusted kernel cache that every sandboxed worker starts from a copy of. On an empty
 cache each of the first student's workers compiled the same kernels for itself (37 s of that
 student's 57 s on an H100, cold). Rehearsed once, ahead, the workers start from a full cache and
-the first timing finds the baselines' sessions open. With a full cache it takes about a second.
+the first timing finds the baselines' sessions open. With a full cache it takes about 2 s.
 """
 
 from __future__ import annotations
