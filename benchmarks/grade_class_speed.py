@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -151,12 +152,27 @@ def print_busy(sampler: BusySampler) -> None:
           f"GPU memory in use at most {max(sampler.memory, default=0.0):.0%}")
 
 
+def _labs(out: Path) -> list[dict[str, Any]]:
+    return [lab for report in sorted((out / plan.STUDENTS_DIR).glob("*/report.json"))
+            for lab in json.loads(report.read_text())["labs"]]
+
+
 def print_gate_waits(out: Path) -> None:
     """How long timings waited at the health gate for the GPU to be fit (from the reports)."""
-    waits = [lab["stage_seconds"].get(HEALTH_GATE, 0.0) for report in (out / plan.STUDENTS_DIR).glob("*/report.json")
-             for lab in json.loads(report.read_text())["labs"]]
+    waits = [lab["stage_seconds"].get(HEALTH_GATE, 0.0) for lab in _labs(out)]
     held = [w for w in waits if w]
     print(f"health gate: held {len(held)} of {len(waits)} timings back, {sum(held):.1f} s in all")
+
+
+def print_stages(out: Path) -> None:
+    """Where the time went: each stage's seconds summed over every lab of every student (a
+    student's labs overlap one another, the timing's phases do not)."""
+    totals: dict[str, float] = {}
+    for lab in _labs(out):
+        for stage, seconds in lab["stage_seconds"].items():
+            totals[stage] = totals.get(stage, 0.0) + seconds
+    shown = ", ".join(f"{k} {v:.1f}" for k, v in sorted(totals.items()) if v >= 0.05)
+    print(f"stage seconds, summed over labs: {shown or 'none above 0.05 s'}")
 
 
 def main() -> int:
@@ -212,6 +228,7 @@ def main() -> int:
         if slots:
             print_busy(sampler)
             print_gate_waits(out)
+        print_stages(out)
         return 130
     wall = time.monotonic() - started
     elapsed.write_text(f"{wall:.3f}")
@@ -222,8 +239,10 @@ def main() -> int:
     if slots:
         print_busy(sampler)
         print_gate_waits(out)
+        print_stages(out)
         print(f"target: {'met' if wall <= 480 and len(names) >= 40 else 'compare with'} <= 8 min for 40 repositories on one H100")
     else:
+        print_stages(out)
         print(f"target: <= 60 s for 20 repositories with --no-gpu, cold, on 2 cores: "
               f"{'met' if wall <= 60 else 'missed'} ({wall:.1f} s)")
     errors = [r for r in run.rows if r.problems]
