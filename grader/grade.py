@@ -26,7 +26,7 @@ from .counterbatch import ProfileBatch, counted
 from .errors import internal_error_message
 from .gpu import GpuProbe, key_of
 from .labs import load_problem
-from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for, secret_of
+from .options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of
 from .outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
 from .plan import course_only_results, fill_checks, gated_check, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
 from .runner import Isolation, WorkerSession
@@ -156,7 +156,7 @@ class LabGrading:
             options.keep_work.mkdir(parents=True, exist_ok=True)
         self._work = Path(tempfile.mkdtemp(prefix="grade-", dir=options.keep_work))
         isolation = Isolation(self.sandbox, read_only=(build.library, spec.files.problem),
-                              cupy_cache=cache_dir / "cupy-kernels")
+                              cupy_cache=kernel_cache(options))
         sub = self.sub = Submission(spec, self.name, build.library, build.kernels, archs, load_problem(spec), isolation,
                                     cache_dir, self._work, self.deadline, options.submission_limit_s, secret_of(options),
                                     probe.gpu)

@@ -10,6 +10,7 @@ from typing import Callable
 
 from . import gpu
 from . import sandbox as sandboxing
+from .cachedirs import default_cache_dir
 
 
 def default_archs() -> tuple[str, ...]:
@@ -54,6 +55,11 @@ def secret_seed(secret: str, lab: str, what: str, seed: int) -> int:
     """
     digest = hashlib.sha256(f"{secret}|{lab}|{what}|{seed}".encode()).digest()
     return int.from_bytes(digest[:4], "little")
+
+
+def kernel_cache(options: GradeOptions) -> Path:
+    """The trusted CuPy kernel cache: trusted workers compile into it, sandboxed ones start from a copy."""
+    return (options.cache_dir or default_cache_dir()) / "cupy-kernels"
 
 
 def sandbox_for(options: GradeOptions) -> sandboxing.Sandbox:

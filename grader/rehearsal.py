@@ -15,10 +15,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from .build import baseline_library
-from .cachedirs import default_cache_dir
 from .errors import internal_error_message
 from .gpu import key_of
-from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for, secret_of
+from .options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of
 from .plan import runnable
 from .runner import Isolation
 from .spec import LabSpec
@@ -30,26 +29,26 @@ def rehearse_timings(specs: list[LabSpec], options: GradeOptions, progress: Prog
     """Rehearse the timing of every lab of ``specs`` that is timed (see the module); the problems,
     one line per lab that could not be rehearsed. Never raises: its students meet the same
     problem and report it."""
+    timed = [(spec, spec.benchmark) for spec in map(runnable, specs) if spec.benchmark is not None and spec.benchmark.checks]
+    if not options.gpu or not options.timing or not timed:
+        return []
     probe = probe_for(options)
-    timed = [spec for spec in map(runnable, specs) if spec.benchmark is not None and spec.benchmark.checks]
-    if probe.gpu is None or not options.gpu or not options.timing or not timed:
+    if probe.gpu is None:
         return []
     started = time.monotonic()
     archs = archs_for(options, probe)
-    cache_dir = options.cache_dir or default_cache_dir()
     progress(f"readying the timing of {len(timed)} labs: their baselines, and the GPU kernels of their inputs")
-    worker = baselines_worker(key_of(probe.gpu), Isolation(sandbox_for(options), trusted=True,
-                                                           cupy_cache=cache_dir / "cupy-kernels"))
+    worker = baselines_worker(key_of(probe.gpu), Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options)))
     secret = secret_of(options)
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="rehearsal-build") as pool:  # all at once, ahead
-        for spec in timed:
-            for name in baselines_of(spec.benchmark):  # type: ignore[arg-type]
+        for spec, bench in timed:
+            for name in baselines_of(bench):
                 pool.submit(baseline_library, spec, name, archs, options.cache_dir)
-        for spec in timed:  # meanwhile the kernels that make each lab's inputs, which need no library
+        for spec, bench in timed:  # meanwhile the kernels that make each lab's inputs, which need no library
             with contextlib.suppress(Exception):  # the rehearsal proper below says what went wrong
-                worker.run(inputs_only(spec, secret), spec.benchmark.time_limit_s)  # type: ignore[union-attr]
+                worker.run(inputs_only(spec, secret), bench.time_limit_s)
     problems = []
-    for spec in timed:
+    for spec, _ in timed:
         try:
             rehearse(spec, archs, options.cache_dir, secret, worker)
         except SampleFailed as failed:

@@ -19,14 +19,13 @@ from typing import Callable
 
 from . import toolchain
 from .build import lab_build
-from .cachedirs import default_cache_dir
 from .counterbatch import EarlySession, ProfileBatch
 from .counters import Profiles
 from .errors import GraderError, internal_error_message
 from .gpu import key_of
 from .grade import LabGrading
 from .labs import find_lab, lab_ids
-from .options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for
+from .options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for
 from .outcome import CheckResult, LabReport, Outcome, Stage
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
 from .procgroup import TEARDOWNS
@@ -198,7 +197,7 @@ def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession 
         return None
     metrics = tuple(dict.fromkeys(m for spec in profiled for ms in Profiles(spec.counters).metrics.values() for m in ms))
     isolation = Isolation(sandbox_for(options), read_only=tuple(spec.files.problem for spec in profiled),
-                          cupy_cache=(options.cache_dir or default_cache_dir()) / "cupy-kernels")
+                          cupy_cache=kernel_cache(options))
     if options.keep_work is not None:
         options.keep_work.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="grade-profiler-", dir=options.keep_work))

@@ -53,8 +53,7 @@ class Scheduler:
             # an event (a student's code took it down) cannot leave a lock taken for the next one
             self._manager = multiprocessing.get_context("spawn").Manager()
             self._events = self._manager.Queue()
-            rehearsed = labs if self.options.gpu and self.options.timing else ()
-            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, rehearsed)
+            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, labs)
                     for slot in self.slots]
         return [ThreadLane(f"cpu{k}", self.options, self.display.lane, self.visibility) for k in range(self.jobs)]
 
