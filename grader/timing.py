@@ -81,6 +81,26 @@ def should_stop(
     return all(summarize(s).rse <= target_rse for s in samples.values())
 
 
+#: Margin on :func:`cannot_settle`: a pass is given up only where even this much more than the
+#: limit would stay out of reach.
+SETTLE_MARGIN = 1.25
+
+
+def cannot_settle(samples: dict[str, list[float]], *, min_samples: int, max_samples: int, max_cv: float) -> bool:
+    """Whether a pass is sure to end above ``max_cv`` for some kernel, however it goes on: its
+    samples so far spread so far (a GPU disturbed for a moment) that even ``max_samples`` of
+    them, every one added at the mean, would leave the CV above the limit (with a margin). A
+    stdev's squared deviations only grow with more samples, so its CV can at best fall as
+    sqrt((n - 1) / (max_samples - 1))."""
+    for series in samples.values():
+        n = len(series)
+        if n < min_samples or n < 2 or n >= max_samples:
+            continue
+        if summarize(series).cv * math.sqrt((n - 1) / (max_samples - 1)) > max_cv * SETTLE_MARGIN:
+            return True
+    return False
+
+
 # A sample whose wall-clock time (call to device-wide synchronize) exceeds its event time by more
 # than this was not finished on the legacy stream when the launcher returned: it is timed by the
 # wall clock instead (work on another stream, or deferred, still counts).
@@ -304,7 +324,8 @@ def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSess
 
 
 def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None], cfg: Timing) -> None:
-    """Warm up, then sample every kernel in turn until the stopping rule is met (again once if noisy).
+    """Warm up, then sample every kernel in turn until the stopping rule is met (again once if
+    noisy; a first pass that :func:`cannot_settle` is measured again at once).
 
     Each kernel's first call is taken without the gate: it loads the library's kernels, and
     loading a module waits for the GPU to be idle, which a held gate would not let it be."""
@@ -313,7 +334,7 @@ def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None],
         take(n, False)
         while time.monotonic() < t_end:
             take(n, True)
-    for _ in range(2):  # measured again once if too noisy
+    for again in (True, False):  # measured again once if too noisy
         for n in names:
             for series in (m.samples, m.walls, m.trips):
                 series[n].clear()
@@ -321,6 +342,8 @@ def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None],
         t_start = time.monotonic()
         while not should_stop(m.samples, time.monotonic() - t_start, min_samples=cfg.min_samples,
                               max_samples=cfg.max_samples, target_rse=cfg.target_rse, budget_s=cfg.budget_s):
+            if again and cannot_settle(m.samples, min_samples=cfg.min_samples, max_samples=cfg.max_samples, max_cv=cfg.max_cv):
+                break  # noisy whatever comes: measured again now, not after the rest of the budget
             for n in names:
                 take(n, True)
         m.noisy = [n for n in names if summarize(m.samples[n]).cv > cfg.max_cv]

@@ -25,6 +25,73 @@ def test_a_kernel_far_slower_than_every_baseline_ends_the_sampling():
     assert not far_too_slow(1e9, [[], []])  # nothing to compare with yet
 
 
+
+def test_a_pass_is_given_up_only_where_no_more_samples_could_bring_its_cv_under_the_limit():
+    steady = [2.11, 2.12, 2.11, 2.10, 2.11, 2.12, 2.11, 2.11, 2.10, 2.11]
+    disturbed = [2.11, 6.01, 6.17, 2.11, 2.12, 2.11, 2.10, 2.11, 2.12, 2.11]  # an H100 pass, disturbed twice
+    intrinsic = [0.44, 0.46, 0.43, 0.45, 0.47, 0.44, 0.43, 0.46, 0.44, 0.45]  # CV about 3%: a memory-bound kernel
+    limits = dict(min_samples=10, max_samples=100, max_cv=0.02)
+    assert timing.cannot_settle({"reference": disturbed, "student": steady}, **limits)
+    assert not timing.cannot_settle({"reference": steady, "student": steady}, **limits)
+    assert not timing.cannot_settle({"student": intrinsic}, **limits)  # above the limit, but more samples may settle it
+    assert not timing.cannot_settle({"reference": disturbed[:9]}, **limits)  # fewer than min_samples: not yet judged
+    assert not timing.cannot_settle({"reference": disturbed}, **{**limits, "max_samples": 10})  # the pass ends anyway
+    one_outlier = [*steady, 2.11 * 1.4]  # 11 samples; at 100 its CV would be just under 4%
+    assert timing.cannot_settle({"s": one_outlier}, **{**limits, "max_cv": 0.02})
+    assert not timing.cannot_settle({"s": one_outlier}, **{**limits, "max_cv": 0.04})
+
+
+def _scripted_take(m, names, first_pass, second_pass):
+    """A ``take`` that appends scripted samples: each pass's k-th call of a kernel gets
+    ``first_pass(k)`` in the first pass and ``second_pass(k)`` after (the warm-up gets 1.0)."""
+    passes = {"n": -1}
+
+    def take(name, gated):
+        if name == names[0] and not m.samples[name]:
+            passes["n"] += 1  # the warm-up's first call, then each pass's (its samples were cleared)
+        k = len(m.samples[name])
+        value = 1.0 if passes["n"] == 0 else (first_pass if passes["n"] == 1 else second_pass)(k)
+        m.samples[name].append(value * (1 + 0.001 * (k % 3)))
+        m.walls[name].append(value)
+        m.trips[name].append(1.0)
+    return take, passes
+
+
+def test_a_first_pass_disturbed_beyond_settling_is_measured_again_at_once():
+    from grader.spec import Timing
+
+    names = ["naive", "reference", "student"]
+    cfg = Timing(min_samples=10, max_samples=100, target_rse=0.0, budget_s=60.0, warmup_s=0.0, max_cv=0.02)
+    m = timing.Measurement({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
+    take, passes = _scripted_take(m, names, lambda k: 3.0 if k in (1, 2) else 1.0, lambda k: 1.0)
+    timing._sample(m, names, take, cfg)
+    assert passes["n"] == 2 and not m.noisy  # measured again, and the second pass is clean
+    assert [len(m.samples[n]) for n in names] == [100, 100, 100]  # the target stops no pass: the second ran to the cap
+    # ... and the first ended at min_samples, as soon as it could not settle: 10 + 100 calls per kernel, not 100 + 100
+    m2 = timing.Measurement({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
+    calls = {"n": 0}
+    take2, _ = _scripted_take(m2, names, lambda k: 3.0 if k in (1, 2) else 1.0, lambda k: 1.0)
+
+    def counted(name, gated):
+        calls["n"] += 1
+        take2(name, gated)
+    timing._sample(m2, names, counted, cfg)
+    assert calls["n"] == len(names) * (1 + 10 + 100)
+
+
+def test_a_last_pass_runs_to_its_end_however_noisy_and_says_so():
+    from grader.spec import Timing
+
+    names = ["reference", "student"]
+    cfg = Timing(min_samples=10, max_samples=40, target_rse=0.0, budget_s=60.0, warmup_s=0.0, max_cv=0.02)
+    m = timing.Measurement({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
+    spiky = lambda k: 3.0 if k in (1, 2) else 1.0  # noqa: E731
+    take, passes = _scripted_take(m, names, spiky, spiky)
+    timing._sample(m, names, take, cfg)
+    assert passes["n"] == 2 and m.noisy == names
+    assert [len(m.samples[n]) for n in names] == [40, 40]  # the last pass is not cut short: its samples are the result
+
+
 class _TimingWorker:
     """Replies as a timing worker does (a test double: the real worker runs in the GPU tests).
     A gated call of a library in ``gate_for`` reports that gate state instead of "held"; so does
