@@ -177,7 +177,9 @@ class Timing:
         "doc": "Seconds each kernel is called before sampling, its times discarded (at least one call)."})
     max_cv: float = field(default=0.02, metadata={
         "doc": "Largest coefficient of variation (stdev / mean, a fraction) accepted; above it every kernel is "
-               "sampled once more, and a kernel still above is reported as noisy."})
+               "sampled once more, and a kernel still above is reported as noisy. A first pass whose samples "
+               "are already too spread for max_samples of them to come under it is sampled again at once. "
+               "Set it above what the lab's kernels vary by on an idle GPU."})
 
 
 @dataclass(frozen=True)
