@@ -25,7 +25,6 @@ def test_a_kernel_far_slower_than_every_baseline_ends_the_sampling():
     assert not far_too_slow(1e9, [[], []])  # nothing to compare with yet
 
 
-
 def test_a_pass_is_given_up_only_where_no_more_samples_could_bring_its_cv_under_the_limit():
     steady = [2.11, 2.12, 2.11, 2.10, 2.11, 2.12, 2.11, 2.11, 2.10, 2.11]
     disturbed = [2.11, 6.01, 6.17, 2.11, 2.12, 2.11, 2.10, 2.11, 2.12, 2.11]  # an H100 pass, disturbed twice
@@ -64,19 +63,12 @@ def test_a_first_pass_disturbed_beyond_settling_is_measured_again_at_once():
     cfg = Timing(min_samples=10, max_samples=100, target_rse=0.0, budget_s=60.0, warmup_s=0.0, max_cv=0.02)
     m = timing.Measurement({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
     take, passes = _scripted_take(m, names, lambda k: 3.0 if k in (1, 2) else 1.0, lambda k: 1.0)
-    timing._sample(m, names, take, cfg)
+    calls = []
+    timing._sample(m, names, lambda name, gated: (calls.append(name), take(name, gated)), cfg)
     assert passes["n"] == 2 and not m.noisy  # measured again, and the second pass is clean
     assert [len(m.samples[n]) for n in names] == [100, 100, 100]  # the target stops no pass: the second ran to the cap
-    # ... and the first ended at min_samples, as soon as it could not settle: 10 + 100 calls per kernel, not 100 + 100
-    m2 = timing.Measurement({n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names})
-    calls = {"n": 0}
-    take2, _ = _scripted_take(m2, names, lambda k: 3.0 if k in (1, 2) else 1.0, lambda k: 1.0)
-
-    def counted(name, gated):
-        calls["n"] += 1
-        take2(name, gated)
-    timing._sample(m2, names, counted, cfg)
-    assert calls["n"] == len(names) * (1 + 10 + 100)
+    # the first ended at min_samples, as soon as it could not settle: warm-up, 10 and 100 calls per kernel, not 100 + 100
+    assert len(calls) == len(names) * (1 + 10 + 100)
 
 
 def test_a_last_pass_runs_to_its_end_however_noisy_and_says_so():
