@@ -175,6 +175,14 @@ def print_stages(out: Path) -> None:
     print(f"stage seconds, summed over labs: {shown or 'none above 0.05 s'}")
 
 
+def print_figures(out: Path, sampler: BusySampler, on_gpu: bool) -> None:
+    """The run's figures besides its wall time: the GPU's (busy, health gate) and the stages'."""
+    if on_gpu:
+        print_busy(sampler)
+        print_gate_waits(out)
+    print_stages(out)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--students", type=int, help="repositories in the class (default: 40, or 20 with --no-gpu)")
@@ -225,10 +233,7 @@ def main() -> int:
         print(f"\ninterrupted after {wall:.1f} s with {done} of {len(names)} repositories graded"
               + (f" ({wall / done:.2f} s each, the cold start included)" if done else "")
               + (f"; go on with --keep {work} --resume" if args.keep else ""))
-        if slots:
-            print_busy(sampler)
-            print_gate_waits(out)
-        print_stages(out)
+        print_figures(out, sampler, bool(slots))
         return 130
     wall = time.monotonic() - started
     elapsed.write_text(f"{wall:.3f}")
@@ -236,13 +241,10 @@ def main() -> int:
     kept = f" ({len(run.skipped)} in earlier runs)" if run.skipped else ""
     print(f"\ngraded {len(names)} repositories{kept} in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "
           f"(each took {statistics.median(per):.1f} s median, {max(per):.1f} s at most, on its lane)")
+    print_figures(out, sampler, bool(slots))
     if slots:
-        print_busy(sampler)
-        print_gate_waits(out)
-        print_stages(out)
         print(f"target: {'met' if wall <= 480 and len(names) >= 40 else 'compare with'} <= 8 min for 40 repositories on one H100")
     else:
-        print_stages(out)
         print(f"target: <= 60 s for 20 repositories with --no-gpu, cold, on 2 cores: "
               f"{'met' if wall <= 60 else 'missed'} ({wall:.1f} s)")
     errors = [r for r in run.rows if r.problems]
