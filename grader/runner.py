@@ -27,13 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import replies
 from .paths import PACKAGE_PARENT
 from .procgroup import drain, kill_group, start_lasting
 from .sandbox import Sandbox, confined_env, worker_runtime
 from .textutil import CappedOutput, clean
-from .worker.protocol import QUIT, Task
+from .worker.protocol import QUIT, Status, Task
 
 STARTUP_LIMIT_S = 120.0
+#: How a reply that the student's code forged or broke is reported.
+INTERFERED = "your code interfered with the grader's worker: its reply was malformed or forged"
 #: How long a worker's start waits for GPU memory another process holds, polling every MEMORY_POLL_S.
 MEMORY_WAIT_S, MEMORY_POLL_S = 15.0, 0.5
 # Per file the worker writes: the .npy outputs of the largest benchmark case (memory_types:
@@ -66,7 +69,7 @@ class RunDirs:
 
 @dataclass(frozen=True)
 class TaskResult:
-    status: str  # ok | cuda_error | out_of_memory | timeout | crashed | exited | worker_error | startup_failed
+    status: str  # a ``Status`` value: ok | cuda_error | out_of_memory | timeout | crashed | exited | worker_error | startup_failed | interfered
     data: dict[str, Any] = field(default_factory=dict)
     reason: str = ""  # for students, when status is not ok
     log_tail: str = ""
@@ -132,6 +135,11 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["GRADER_FILE_LIMIT_BYTES"] = str(FILE_LIMIT_BYTES)
     env.update(extra or {})
     return env
+
+
+def _last_line(text: object) -> str:
+    lines = str(text or "").strip().splitlines()
+    return clean(lines[-1])[:LINE_CHARS] if lines else "no reason given"
 
 
 def describe_exit(returncode: int) -> tuple[str, str]:
@@ -234,6 +242,9 @@ class WorkerSession:
         if results is None:
             return None
         while b"\n" not in self.buffer:
+            if len(self.buffer) > replies.REPLY_LIMIT_BYTES:
+                self.buffer = b""
+                return {"status": Status.INTERFERED.value, "error": f"a reply of more than {replies.REPLY_LIMIT_BYTES >> 20} MiB"}
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
@@ -262,7 +273,7 @@ class WorkerSession:
             message = json.loads(line)
         except ValueError:
             message = None
-        return message if isinstance(message, dict) else {"status": "worker_error", "error": "the worker sent an unreadable message"}
+        return message if isinstance(message, dict) else {"status": Status.INTERFERED.value, "error": "a reply that is not a JSON object"}
 
     def _read_reply(self, nonce: str, deadline: float) -> dict[str, Any] | None:
         """The worker's answer to the task sent with ``nonce``. Student code in the worker can write
@@ -270,7 +281,7 @@ class WorkerSession:
         crash reports of the support file (which only end the student's own grade)."""
         while True:
             msg = self._read_message(max(0.0, deadline - time.monotonic()))
-            if msg is None or msg.get("id") == nonce or msg.get("status") in ("exited", "crashed"):
+            if msg is None or msg.get("id") == nonce or msg.get("status") in ("exited", "crashed", Status.INTERFERED.value):
                 return msg
 
     def _send(self, task: Task) -> bool:
@@ -299,9 +310,14 @@ class WorkerSession:
             status = msg.get("status", "worker_error")
             if status in ("exited", "crashed"):  # reported from inside the dying process
                 self.kill(wait_s=3.0)
-                code = int(data.get("code", 0)) if status == "exited" else -int(data.get("signal", 9))
+                number = data.get("code" if status == "exited" else "signal")
+                number = number if isinstance(number, int) and not isinstance(number, bool) and 0 <= number < 256 else 9
+                code = number if status == "exited" else -number
                 status, reason = describe_exit(code)
                 return TaskResult(status, {}, reason, self.log_tail(), seconds)
+            wrong = replies.problem(task, msg) if status != Status.INTERFERED.value else str(data.get("error", ""))
+            if wrong or (status == Status.WORKER_ERROR.value and not self.isolation.trusted):
+                return self._interfered(wrong or f"its own code failed ({_last_line(data.get('error'))})", seconds)
             reason = data.get("error", "") if status != "ok" else ""
             if (status == "cuda_error" and data.get("sticky")) or status == "out_of_memory":
                 self._reap(10.0)  # it is ending: the next task gets a fresh worker, its memory released
@@ -317,6 +333,16 @@ class WorkerSession:
         self.close()
         status, reason = describe_exit(code)
         return TaskResult(status, reason=reason, log_tail=self.log_tail(), seconds=seconds)
+
+    def _interfered(self, wrong: str, seconds: float) -> TaskResult:
+        """A reply that is not what the task asks for. From a worker that runs only the grader's
+        code it is a bug of the grader's; from one that loaded student code, the student's code
+        changed what the worker does, and the worker is ended: nothing it says is believed."""
+        if self.isolation.trusted:
+            return TaskResult(Status.WORKER_ERROR.value, reason=f"the grader's worker sent a malformed reply: {wrong}", seconds=seconds)
+        tail = self.log_tail()
+        self.kill(wait_s=3.0)
+        return TaskResult(Status.INTERFERED.value, reason=f"{INTERFERED} ({wrong})", log_tail=tail, seconds=seconds)
 
     def log_tail(self, lines: int = 40) -> str:
         """What the program printed during the last task: its last lines, and how much was dropped."""

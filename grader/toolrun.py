@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import replies
 from .errors import GraderError
 from .procgroup import Stop, run_capped
-from .runner import OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, Isolation, RunDirs, describe_exit, worker_command
+from .runner import INTERFERED, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, Isolation, RunDirs, describe_exit, worker_command
 from .safeio import read_beneath, write_private
 from .textutil import CappedOutput, clean
-from .worker.protocol import Task
+from .worker.protocol import Status, Task
 
 RESULT_LIMIT_BYTES = 4 << 20  # a one-shot worker's result.json
 #: Stands in a tool's command line for the path of the pipe its log goes to.
@@ -90,8 +91,13 @@ def _job(task: Task | int, dirs: RunDirs) -> tuple[list[str], tuple[int, ...], t
 
 
 def _read_result(outbox: Path) -> dict[str, Any] | None:
+    """The worker's result, if it wrote one: written where the student's code runs, so one of the
+    wrong shape is the student's doing, reported as such."""
     try:
         data = json.loads(read_beneath(outbox, "result.json", RESULT_LIMIT_BYTES))
     except (OSError, ValueError, GraderError):  # missing, unreadable, a link, too large
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return {"status": Status.INTERFERED.value, "error": f"{INTERFERED} (a result that is not a JSON object)"}
+    wrong = replies.result_problem(data)
+    return {"status": Status.INTERFERED.value, "error": f"{INTERFERED} ({wrong})"} if wrong else data

@@ -1,0 +1,193 @@
+"""The worker is the student's once their library is loaded: its replies are checked, a wrong one
+is a verdict against the submission, and the facts a grade rests on come from elsewhere.
+
+The real attack (a constructor that runs Python inside the worker) is graded on a GPU in
+``tests/hostile`` (patch_worker_launched.cu, forge_worker_reply.cu); here a stand-in worker
+process sends the replies such a submission makes the real one send, so the grader's side is
+tested on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import launched, replies, runner, toolrun
+from grader.correctness import failure_from_task
+from grader.counters import NO_KERNEL, CounterRun
+from grader.labs import find_lab
+from grader.outcome import Outcome, Stage
+from grader.runner import INTERFERED, Isolation, RunDirs, WorkerSession
+from grader.sandbox import Sandbox
+from grader.worker.protocol import LauncherSpec, Status, Task, case_task, marked_tasks, timing_sample
+
+LAUNCHER = LauncherSpec(name="matmul", args=[
+    {"name": n, "role": r, "dtype": "float32", "shape": ["width", "width"], "init": "nan", "ctype": "", "value": "", "host": False}
+    for n, r in (("M", "input"), ("N", "input"), ("P", "output"))
+] + [{"name": "width", "role": "scalar", "dtype": "", "shape": [], "init": "", "ctype": "int", "value": "width", "host": False}])
+
+
+def _case(memcpy_only: bool = False) -> Task:
+    return case_task("/lib.so", LAUNCHER, {"width": 16}, {"M": "/in/M.npy", "N": "/in/N.npy"}, "/out", 4, memcpy_only)
+
+
+GOOD_CASE = {"status": "ok", "seconds": 0.01, "outputs": {"P": "P.npy"}, "kernels_launched": ["matmul_tiled"],
+             "guard_violations": {}, "inputs_modified": []}
+
+
+def test_a_reply_of_the_shape_its_task_asks_for_is_accepted():
+    assert replies.problem(_case(), GOOD_CASE) == ""
+    assert replies.problem(_case(), {**GOOD_CASE, "guard_violations": {"P": [0, 12]}, "inputs_modified": ["M"]}) == ""
+    assert replies.problem(_case(True), {"status": "ok", "seconds": 0.0, "kernels_launched": None}) == ""
+    assert replies.problem(_case(), {"status": "cuda_error", "error": "an illegal memory access", "sticky": True}) == ""
+    assert replies.problem(timing_sample("student"), {"status": "ok", "ms": 0.2, "wall_ms": 0.21, "gate": "held"}) == ""
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"outputs": ["P.npy"]}, "outputs not a mapping"),
+    ({"outputs": {"P": "../../etc/passwd"}}, "outputs P: not its own file"),
+    ({"outputs": {}}, "outputs lacks P"),
+    ({"outputs": {"P": "P.npy", "Q": "Q.npy"}}, "outputs names no such buffer: 'Q'"),
+    ({"seconds": math.nan}, "seconds not a finite number"),
+    ({"seconds": True}, "seconds not a finite number"),
+    ({"kernels_launched": "matmul_tiled"}, "kernels_launched not a list of names"),
+    ({"kernels_launched": ["k"] * 1000}, "kernels_launched not a list of names"),
+    ({"guard_violations": {"P": [0]}}, "guard_violations P: not two counts"),
+    ({"guard_violations": {"P": [-1, 0]}}, "guard_violations P: not two counts"),
+    ({"inputs_modified": ["X"]}, "inputs_modified names no such buffer: 'X'"),
+    ({"status": "pass"}, "unknown status 'pass'"),
+    ({"status": "timeout"}, "unknown status 'timeout'"),  # only the grader says so
+])
+def test_a_malformed_or_forged_case_reply_is_named(change, why):
+    assert replies.problem(_case(), {**GOOD_CASE, **change}).startswith(why)
+
+
+def test_replies_missing_a_field_or_of_another_task_are_refused():
+    missing = dict(GOOD_CASE)
+    del missing["guard_violations"]
+    assert replies.problem(_case(), missing) == "no guard_violations"
+    assert replies.problem(timing_sample("student"), {"status": "ok", "ms": -1.0, "wall_ms": 0.1, "gate": "held"}).startswith("ms not")
+    marked = marked_tasks([_case(True)], [1234])
+    assert replies.problem(marked, {"status": "ok", "results": [{"status": "ok", "seconds": 0.1, "kernels_launched": []}] * 2}) \
+        .startswith("results not a list of at most 1 replies")
+    assert replies.problem(marked, {"status": "ok", "results": [{"status": "ok"}]}) == "results reply 1: no seconds"
+    assert replies.problem(_case(), {"status": "cuda_error", "error": ["not", "text"]}).startswith("an error that is not a text")
+
+
+#: A stand-in worker: gets ready, then answers every task with the reply given in argv[1]
+#: (JSON, with the task's nonce added), or, for "FLOOD", writes 2 MiB with no end of line.
+STAND_IN = r"""
+import json, os, sys
+reply = sys.argv[1]
+out = int(os.environ["GRADER_RESULT_FD"])
+os.write(out, b'{"event": "ready"}\n')
+for line in os.fdopen(int(os.environ["GRADER_TASK_FD"])):
+    task = json.loads(line)
+    if task.get("kind") == "quit":
+        break
+    if reply == "FLOOD":
+        os.write(out, b"x" * (2 << 20))
+        continue
+    os.write(out, (json.dumps({"event": "result", "id": task["id"], **json.loads(reply)}) + "\n").encode())
+"""
+
+
+def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, trusted: bool = False) -> WorkerSession:
+    monkeypatch.setattr(runner, "worker_command", lambda *args: [sys.executable, "-I", "-c", STAND_IN, reply])
+    return WorkerSession(RunDirs(tmp_path / "in", tmp_path / "out"), Isolation(Sandbox(None, ""), trusted=trusted))
+
+
+def test_a_forged_reply_is_a_verdict_against_the_submission_and_ends_the_worker(tmp_path, monkeypatch):
+    forged = json.dumps({"status": "ok", "seconds": 0.0, "outputs": ["P.npy"], "kernels_launched": []})
+    session = _session(tmp_path, monkeypatch, forged)
+    try:
+        result = session.run(_case(), 30)
+        assert result.status == Status.INTERFERED.value and session.proc is None
+        assert result.reason == f"{INTERFERED} (outputs not a mapping)"
+        check = failure_from_task(result, "correctness[width=16]", Stage.CORRECTNESS, 2)
+        assert check.outcome is Outcome.ERROR and check.message.startswith(INTERFERED)
+        assert "internal grader error" not in check.message
+    finally:
+        session.close()
+
+
+def test_the_same_reply_from_the_grader_s_own_worker_is_the_grader_s_error(tmp_path, monkeypatch):
+    forged = json.dumps({"status": "ok", "seconds": 0.0, "outputs": ["P.npy"], "kernels_launched": []})
+    session = _session(tmp_path, monkeypatch, forged, trusted=True)
+    try:
+        result = session.run(_case(), 30)
+        assert result.status == Status.WORKER_ERROR.value and "malformed reply: outputs not a mapping" in result.reason
+    finally:
+        session.close()
+
+
+def test_a_worker_error_once_student_code_is_loaded_is_the_submission_s(tmp_path, monkeypatch):
+    said = json.dumps({"status": "worker_error", "error": "Traceback (most recent call last):\n  ...\nKeyError: 'P'"})
+    session = _session(tmp_path, monkeypatch, said)
+    try:
+        result = session.run(_case(), 30)
+        assert result.status == Status.INTERFERED.value
+        assert result.reason == f"{INTERFERED} (its own code failed (KeyError: 'P'))"
+    finally:
+        session.close()
+
+
+def test_a_reply_without_an_end_is_cut_off_at_its_limit(tmp_path, monkeypatch):
+    session = _session(tmp_path, monkeypatch, "FLOOD")
+    try:
+        result = session.run(_case(), 30)
+        assert result.status == Status.INTERFERED.value and "a reply of more than 1 MiB" in result.reason
+    finally:
+        session.close()
+
+
+def test_a_forged_exit_report_with_a_code_that_is_not_a_number_is_an_exit_not_a_crash_of_the_grader(tmp_path, monkeypatch):
+    session = _session(tmp_path, monkeypatch, json.dumps({"status": "exited", "code": "zero"}))
+    try:
+        result = session.run(_case(), 30)
+        assert result.status == "exited" and "status 9" in result.reason, result
+    finally:
+        session.close()
+
+
+def test_a_tool_run_s_result_file_of_the_wrong_shape_is_the_submission_s(tmp_path):
+    (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": [{"status": "ok", "seconds": "fast"}]}))
+    result = toolrun._read_result(tmp_path)
+    assert result is not None and result["status"] == Status.INTERFERED.value
+    assert result["error"] == f"{INTERFERED} (results reply 1: seconds not a finite number >= 0: 'fast')"
+    (tmp_path / "result.json").write_text("[1, 2]")
+    assert toolrun._read_result(tmp_path) == {"status": "interfered", "error": f"{INTERFERED} (a result that is not a JSON object)"}
+    fine = {"status": "ok", "results": [{"status": "ok", "seconds": 0.1, "kernels_launched": ["k"]}]}
+    (tmp_path / "result.json").write_text(json.dumps(fine))
+    assert toolrun._read_result(tmp_path) == fine
+
+
+# ------------------------------------------------------------------ what ran: the profiler's record
+
+
+def test_which_kernels_ran_is_the_profiler_s_record_of_the_student_s_cases():
+    key = ((("width", 64),), 1)
+    runs = {("student", key): CounterRun(values={"m": 1.0}, kernels=("matmul_naive(const float *, const float *, float *, int)",)),
+            ("baseline naive", key): CounterRun(values={"m": 1.0}, kernels=("baseline_kernel",))}
+    assert launched.record(runs).names == {"matmul_naive(const float *, const float *, float *, int)"}
+    assert launched.record({("student", key): CounterRun(error=NO_KERNEL)}) == launched.Record(frozenset())
+    hidden = CounterRun(hidden="your launcher ran 2 distinct kernels", kernels=("decoy",))
+    assert launched.record({("student", key): hidden}).names == {"decoy"}, "what the profiler saw, and nothing it did not"
+    assert launched.record({("student", key): CounterRun(skipped="counters restricted")}).unknown == "counters restricted"
+    assert launched.record({}).unknown == "the profiler did not run"
+
+
+def test_a_lab_with_compiled_code_checks_and_no_counter_checks_profiles_a_case_for_the_record():
+    spec = find_lab("memory_types")
+    extra = launched.list_check(spec)
+    assert not spec.counters and extra is not None
+    last = spec.correctness.cases[-1]
+    assert (dict(extra.params), extra.seed, extra.metric) == (dict(last.params), last.seed, launched.LIST_METRIC)
+    assert [c.id for c in launched.profiles_for(spec).checks] == [launched.LIST_CHECK_ID]
+    counted = find_lab("tiled_matmul")
+    assert launched.list_check(counted) is None and launched.profiles_for(counted).checks == counted.counters
+
