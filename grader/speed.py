@@ -10,7 +10,7 @@ from .compare import compare
 from .correctness import failure_from_task, output_limit
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .procgroup import hold_group
-from .runner import WorkerSession
+from .runner import INTERFERED, WorkerSession
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission
@@ -114,12 +114,18 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
         msg = f"modified its input {', '.join(data['inputs_modified'])} during timed calls (inputs must be left unchanged)"
         return _all(bench, Outcome.FAIL, msg), timings
     # the output of the last timed call must be right: result caching or skipped work cannot pay
-    outbox = worker.dirs.outbox / CLOSING_FOLDER
-    inputs = {k: load_npy(outbox, str(v), TIMED_ARRAY_LIMIT) for k, v in data["check_inputs"].items()}
-    want = sub.problem.expected(inputs, dict(bench.params))  # fresh inputs each sample: nothing to cache
+    # fresh inputs each sample: nothing to cache. They are generated again by the trusted worker,
+    # never taken from the student's: its copies could be whatever its code wrote there
+    assert m.inputs is not None
+    folder, names = m.inputs
+    inputs = {k: load_npy(folder, v, TIMED_ARRAY_LIMIT) for k, v in names.items()}
+    want = sub.problem.expected(inputs, dict(bench.params))
+    outbox, saved = worker.dirs.outbox / CLOSING_FOLDER, data["check_outputs"]
+    if set(saved) != set(want):
+        return _all(bench, Outcome.ERROR, f"{INTERFERED} (the outputs it saved: {', '.join(sorted(saved)) or 'none'})"), timings
     wrong = []
     for name, exp in want.items():
-        got = load_npy(outbox, str(data["check_outputs"][name]), output_limit(exp))
+        got = load_npy(outbox, str(saved[name]), output_limit(exp))
         cmp = compare(name, got, exp, spec.tolerance, bench.params)
         if not cmp.ok:
             wrong.append(cmp)

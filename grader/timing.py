@@ -19,7 +19,7 @@ from .procgroup import TEARDOWNS
 from .runner import TaskResult, WorkerSession
 from .spec import Benchmark, LabSpec, Timing
 from .submission import Submission
-from .worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
+from .worker.protocol import Reply, Status, Task, timing_close, timing_inputs, timing_open, timing_prepare, timing_sample
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,9 @@ class Measurement:
     trips: dict[str, list[float]]  # the grader's round trip of each timed call
     device: dict[str, Any] = field(default_factory=dict)
     closing: Reply = field(default_factory=dict)
+    #: the inputs of the student's last timed call, generated again by the baselines' trusted
+    #: worker from the same seed: (its folder, file names by input)
+    inputs: tuple[Path, dict[str, str]] | None = None
     by_wall: int = 0  # student samples timed by the wall clock
     by_clock: int = 0  # student samples raised to the grader's round trip
     noisy: list[str] = field(default_factory=list)
@@ -247,6 +250,7 @@ class TimedRun:
         self.m = Measurement({n: [] for n in self.names}, {n: [] for n in self.names}, {n: [] for n in self.names})
         self.gpu = key_of(sub.gpu)  # a GPU's timings take turns
         self.open_s = 0.0
+        self.refills = 0  # the student's session's fresh inputs so far: its last call's are generated again from it
 
     def _call(self, who: str, task: Task) -> TaskResult:
         result = self.owner[who].run(in_session(self.sub.spec, task), self.sub.time_left(self.bench.time_limit_s))
@@ -290,6 +294,10 @@ class TimedRun:
             m.stopped_early = True
         marks.append(time.monotonic())
         m.closing = self._call("student", timing_close(str(self.worker.dirs.outbox / CLOSING_FOLDER))).data
+        trusted = self.owner[self.baselines[0]]
+        folder = trusted.dirs.outbox / f"{CLOSING_FOLDER}-{self.sub.spec.id}"
+        made = self._call(self.baselines[0], timing_inputs(self.refills, str(folder))).data["check_inputs"]
+        m.inputs = (folder, {str(k): str(v) for k, v in made.items()})
         marks.append(time.monotonic())
         m.phase_s = {name: round(end - begin, 3) for name, begin, end in zip(("open", "sampling", "close"), marks, marks[1:])}
         m.phase_s["open"] = round(m.phase_s["open"] + self.open_s, 3)
@@ -300,6 +308,7 @@ class TimedRun:
     def _take(self, n: str, gated: bool) -> None:
         m = self.m
         self._call(n, timing_prepare(n))
+        self.refills += n == "student"
         result = self._call(n, timing_sample(n, m.gated and gated))
         data = result.data
         if m.gated and gated and data.get("gate") != "held":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -115,6 +116,8 @@ class _TimingWorker:
             self.samples.append((task["lib"], task["gated"]))
             gate = self.gate_for.get(task["lib"], "expired" if loading else "held") if task["gated"] else "off"
             return TaskResult("ok", {"ms": 1.0, "wall_ms": 1.01, "gate": gate}, seconds=0.0011)
+        if task["kind"] == Kind.TIMING_INPUTS.value:
+            return TaskResult("ok", {"check_inputs": {"M": "timed_input_M.npy"}})
         return TaskResult("ok", {})
 
 
@@ -127,6 +130,17 @@ def _measure(tmp_path, monkeypatch, student_gate=None):
     student = _TimingWorker(tmp_path, {"student": student_gate} if student_gate else None)
     baselines = _TimingWorker(tmp_path)
     return timing.measure(sub, student, baselines), student, baselines
+
+
+def test_the_last_timed_inputs_are_generated_again_by_the_trusted_worker(tmp_path, monkeypatch):
+    """The timed output is checked against inputs the baselines' worker (no student code in it)
+    generates again from the seed, at the student's count of fresh inputs: never the student's copy."""
+    m, student, baselines = _measure(tmp_path, monkeypatch)
+    refills = sum(t["kind"] == Kind.TIMING_PREPARE.value for t in student.tasks)
+    asked = [t for t in baselines.tasks if t["kind"] == Kind.TIMING_INPUTS.value]
+    assert refills > 10 and [t["count"] for t in asked] == [refills]
+    assert m.inputs == (Path(asked[0]["out_dir"]), {"M": "timed_input_M.npy"})
+    assert not any(t["kind"] == Kind.TIMING_INPUTS.value for t in student.tasks)
 
 
 def test_calls_are_timed_behind_the_gate_while_it_holds(tmp_path, monkeypatch):

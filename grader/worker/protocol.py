@@ -11,7 +11,7 @@ from typing import Any, TypedDict
 
 
 class Status(str, enum.Enum):
-    """How a task ended, as the worker (or, for the last four, the grader) reports it."""
+    """How a task ended, as the worker (or, for the last five, the grader) reports it."""
 
     OK = "ok"
     CUDA_ERROR = "cuda_error"  # the student's launch failed or a kernel faulted
@@ -21,6 +21,7 @@ class Status(str, enum.Enum):
     CRASHED = "crashed"  # a fatal signal
     EXITED = "exited"  # exit() from student code
     STARTUP_FAILED = "startup_failed"  # the worker never became ready
+    INTERFERED = "interfered"  # a reply malformed or forged: the student's code changed what the worker does
 
 
 class Kind(str, enum.Enum):
@@ -29,6 +30,7 @@ class Kind(str, enum.Enum):
     TIMING_PREPARE = "timing_prepare"
     TIMING_SAMPLE = "timing_sample"
     TIMING_CLOSE = "timing_close"
+    TIMING_INPUTS = "timing_inputs"
     MARKED = "marked"
     QUIT = "quit"
 
@@ -71,6 +73,7 @@ class Task(TypedDict, total=False):
     session: str  # timing tasks: which of the worker's open timing sessions (the lab)
     tasks: list["Task"]
     marks: list[int]
+    count: int  # timing_inputs: the inputs of the call after this many refills
 
 
 Reply = dict[str, Any]  # {"status": Status value, ...}; the fields each task's reply holds are below
@@ -105,9 +108,16 @@ def timing_sample(lib: str, gated: bool = True) -> Task:
 
 
 def timing_close(out_dir: str) -> Task:
-    """Save the last call's inputs and outputs. Reply: ``check_inputs``, ``check_outputs`` (file
-    names in ``out_dir``), ``inputs_modified``."""
+    """Save the last call's outputs. Reply: ``check_outputs`` (file names in ``out_dir``),
+    ``inputs_modified``."""
     return Task(kind=Kind.TIMING_CLOSE.value, out_dir=out_dir)
+
+
+def timing_inputs(count: int, out_dir: str) -> Task:
+    """Generate again the inputs a session of the same seed timed after ``count`` refills, and
+    save them (a trusted worker does this for the student's last timed call). Reply:
+    ``check_inputs`` (file names in ``out_dir``)."""
+    return Task(kind=Kind.TIMING_INPUTS.value, count=count, out_dir=out_dir)
 
 
 def marked_tasks(tasks: list[Task], marks: list[int]) -> Task:

@@ -156,10 +156,14 @@ class TimingSession:
         self.count = 0
         self.tampered = set()
 
+    def generated(self, count: int) -> dict[str, Any]:
+        """The inputs of the call after ``count`` refills: any session of the same seed makes the same."""
+        return dict(self.problem.generate(self.params, (self.seed + 7919 * count) % (1 << 32), self.cp))
+
     def _refill(self) -> None:
         cp = self.cp
         self.count += 1
-        new = self.problem.generate(self.params, (self.seed + 7919 * self.count) % (1 << 32), cp)
+        new = self.generated(self.count)
         for name, value in new.items():
             target, copy = self.bufs.inputs[name], self.pristine[name]
             if isinstance(target, np.ndarray):
@@ -212,16 +216,23 @@ class TimingSession:
                         else self.compare.same(value, self.pristine[key]))}
 
     def save(self, out_dir: Path) -> Reply:
-        """The inputs (the grader's copy) and outputs of the last call, for the parent to check."""
-        inputs, outputs = {}, {}
+        """The outputs of the last call, for the parent to check against the inputs a trusted
+        worker generates again (``save_inputs``): the student's worker is not asked for them."""
+        outputs = {}
         out_dir.mkdir(parents=True, exist_ok=True)
-        for name, value in self.pristine.items():
-            inputs[name] = f"timed_input_{name}.npy"
-            np.save(out_dir / inputs[name], value if isinstance(value, np.ndarray) else value.get())
         for name, value in self.bufs.outputs.items():
             outputs[name] = f"timed_output_{name}.npy"
             np.save(out_dir / outputs[name], value.get())
-        return {"status": Status.OK.value, "check_inputs": inputs, "check_outputs": outputs, "inputs_modified": sorted(self.tampered)}
+        return {"status": Status.OK.value, "check_outputs": outputs, "inputs_modified": sorted(self.tampered)}
+
+    def save_inputs(self, count: int, out_dir: Path) -> Reply:
+        """The inputs a session of this seed timed after ``count`` refills, saved to ``out_dir``."""
+        inputs = {}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, value in self.generated(count).items():
+            inputs[name] = f"timed_input_{name}.npy"
+            np.save(out_dir / inputs[name], value if isinstance(value, np.ndarray) else self.cp.asnumpy(value))
+        return {"status": Status.OK.value, "check_inputs": inputs}
 
 
 #: Open timing sessions by key (a task's ``session``, the lab): a trusted worker that times the
@@ -247,6 +258,8 @@ def run_timing(cp: Any, task: Task) -> Reply:
         return current[1].prepare(task["lib"])
     if kind == Kind.TIMING_SAMPLE.value:
         return current[1].sample(task["lib"], bool(task.get("gated", True)))
+    if kind == Kind.TIMING_INPUTS.value:
+        return current[1].save_inputs(int(task["count"]), Path(task["out_dir"]))
     result = current[1].save(Path(task["out_dir"]))  # timing_close
     del _TIMING[key]
     return result
