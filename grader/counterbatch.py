@@ -70,7 +70,7 @@ def requests_of(sub: Submission, profiles: Profiles, staged: Path | None = None)
         shutil.copyfile(sub.library, library)
         isolation = dataclasses.replace(isolation, read_only=(*isolation.read_only, staged))
     for key, metrics in profiles.metrics.items():
-        check = next(c for c in sub.spec.counters if c.id == profiles.first[key])
+        check = next(c for c in profiles.checks if c.id == profiles.first[key])
         dirs = sub.tool_dirs(f"ncu-{check.id}")
         if staged is not None:
             dirs = RunDirs(staged / f"ncu-{check.id}", dirs.outbox)
@@ -240,16 +240,22 @@ class ProfileBatch(LabBatch[Request, CaseKey, CounterRun]):
             self.early.close(keep=True)
 
 
-def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool]) -> list[CheckResult]:
+def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool],
+            profiles: counters.Profiles | None = None) -> list[CheckResult]:
     """Every counter check of the lab; checks on one case share a profiler run, and the cases of
     a repository's labs share one session (``batch``) where they can. A case the session did not
     settle is profiled alone only once ``correct()`` says every correctness case passed (else the
-    checks are gated: none is returned)."""
-    profiles = counters.Profiles(sub.spec.counters)
+    checks are gated: none is returned). ``profiles`` (default: the counter checks' cases) may
+    hold more cases, profiled alike and left in it (``launched.record``)."""
+    profiles = profiles or counters.Profiles(sub.spec.counters)
     if batch is not None:
         batch.send_made(sub.spec.id, lambda: requests_of(sub, profiles, batch.staged(sub.spec.id)))
         for key, run in batch.runs(sub.spec.id).items():
             profiles.settle("student", key, run)
     if any(("student", key) not in profiles.runs for key in profiles.metrics) and not correct():
         return []
-    return [counters.grade(sub, check, profiles) for check in sub.spec.counters]
+    graded = [counters.grade(sub, check, profiles) for check in sub.spec.counters]
+    for check in profiles.checks:  # a case no counter check grades (``launched.list_check``) is profiled too
+        if check not in sub.spec.counters:
+            counters.student_run(sub, check, profiles)
+    return graded

@@ -34,6 +34,10 @@ from .worker.protocol import Task
 CaseKey = tuple[tuple[tuple[str, object], ...], int]
 
 
+#: A profiled case in which the profiler saw no kernel of the student's.
+NO_KERNEL = "the launcher ran no kernel"
+
+
 @dataclass(frozen=True)
 class CounterRun:
     """Metric values summed over every kernel the launcher ran (or why there are none)."""
@@ -210,7 +214,8 @@ def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time
         return None, CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
     cmd = [
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
-        "--clock-control", "none", "--log-file", TOOL_LOG,
+        # kernels by their symbols, demangled as the compiled-code checks name them
+        "--kernel-name-base", "mangled", "--clock-control", "none", "--log-file", TOOL_LOG,
     ]
     attempts = iter(range(1, 100))
     run, busy = run_when_counters_free(
@@ -235,9 +240,9 @@ def failed_run(why: str, run: ToolRun) -> CounterRun:
 def judged(metrics: tuple[str, ...], rows: list[KernelRow], result: Mapping[str, object], text: str,
            seconds: float) -> CounterRun:
     """What one completed case's profiled kernels ``rows`` (its worker reply ``result``) say."""
-    values, kernels = summed(rows), [row.name for row in rows]
+    values, kernels = summed(rows), [demangle(row.name) for row in rows]
     if not kernels:
-        return CounterRun(error="the launcher ran no kernel", log=cap_lines(text, 30), seconds=seconds)
+        return CounterRun(error=NO_KERNEL, log=cap_lines(text, 30), seconds=seconds)
     missing = [m for m in metrics if m not in values]
     if missing:
         return CounterRun(
@@ -283,6 +288,7 @@ class Profiles:
     share one run that collects every metric they need, for the student and for each baseline."""
 
     def __init__(self, checks: tuple[CounterCheck, ...]):
+        self.checks = checks
         self.metrics: dict[CaseKey, tuple[str, ...]] = {}
         self.first: dict[CaseKey, str] = {}
         for check in checks:
@@ -306,12 +312,17 @@ class Profiles:
         return self.runs[key]
 
 
-def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResult:
-    """One counter check: the student's run sandboxed, the baseline's trusted (and cached)."""
+def student_run(sub: Submission, check: CounterCheck, profiles: Profiles) -> CounterRun:
+    """The student's profiled case of ``check``, sandboxed: settled already, or run alone now."""
     dirs = sub.tool_dirs(f"ncu-{check.id}")
-    mine = profiles.run("student", check, lambda metrics: profile(
+    return profiles.run("student", check, lambda metrics: profile(
         sub.library, tool_task(sub, check, dirs), metrics, dirs, sub.time_left(check.time_limit_s), sub.isolation,
         gpu=sub.gpu))
+
+
+def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResult:
+    """One counter check: the student's run sandboxed, the baseline's trusted (and cached)."""
+    mine = student_run(sub, check, profiles)
     if mine.skipped:
         return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points, mine.skipped)
     if mine.error:

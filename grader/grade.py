@@ -8,6 +8,7 @@ submission (they become check results) and is safe to call many times in one pro
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shutil
 import tempfile
@@ -18,11 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from . import sanitizer, sanitizerbatch, speed, toolchain
+from . import launched, sanitizer, sanitizerbatch, speed, toolchain
 from .build import lab_build
 from .cachedirs import default_cache_dir
 from .correctness import grade_case
 from .counterbatch import ProfileBatch, counted
+from .counters import Profiles
 from .errors import internal_error_message
 from .gpu import GpuProbe, key_of
 from .labs import load_problem
@@ -85,9 +87,7 @@ class LabGrading:
         self.timings: dict[str, Mapping[str, Any]] = {}
         self.kernels: tuple[KernelResources, ...] = ()
         self.sub: Submission | None = None
-        self.launched: set[str] | None = set()  # kernels the correctness cases ran; None: unknown
-        self.cases_run = 0  # correctness cases whose every run completed
-        self.cases_cut = 0  # cases that ended without saying what they launched (a hang, a crash)
+        self.profiles: Profiles | None = None  # the student's profiled cases: counters, and what ran
         self.worker: WorkerSession | None = None
         self.baselines: WorkerSession | None = None
         self.background: list[Future[list[CheckResult]]] = []
@@ -124,7 +124,7 @@ class LabGrading:
 
     def _start(self) -> "LabGrading":
         spec, options = self.spec, self.options
-        if not (spec.counters and options.counters):
+        if not self._profiled():
             self._leave_batch()  # nothing of this lab's to profile: the shared session need not wait for its cases
         probe = probe_for(options)
         archs = archs_for(options, probe)
@@ -183,7 +183,6 @@ class LabGrading:
                 self._correctness(sub, self.worker)
         finally:
             self._correctness_over.set()
-        self._rejudge_static(sub)
         self._keep_worker_for_timing()
         return self
 
@@ -210,40 +209,37 @@ class LabGrading:
                 continue
             self.progress(f"[{spec.id}] correctness {i + 1}/{len(cases)}: {case.label}")
             result = grade_case(sub, worker, case, f"case{i}")
-            self._note_launched(result)
             self.checks.append(result)
             hung = result.measured.get("status") == "timeout"
             if hung:  # it would hang under each sanitizer and the profiler too, whose verdicts are gated now
                 sub.moot.set()
-            if not counting and spec.counters and self.options.counters and result.outcome is Outcome.PASS:
+            if not counting and self._profiled() and result.outcome is Outcome.PASS:
                 # counters start with the first passing case: the profiler run of a repository's
                 # labs, started beside the sanitizers instead, took 12 s on an H100 (5 to 7 s now)
                 counting = self._sent_to_batch = True  # counted() sends this lab's cases
-                self.progress(f"[{spec.id}] counters: {', '.join(c.what for c in spec.counters)} (Nsight Compute, in the background)")
-                self._background(Stage.COUNTERS, lambda: counted(sub, self.batch, self._correct_when_done))
+                profiles = self.profiles = launched.profiles_for(spec)
+                what = ", ".join(c.what for c in profiles.checks)
+                self.progress(f"[{spec.id}] counters: {what} (Nsight Compute, in the background)")
+                self._background(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles))
 
-    def _note_launched(self, result: CheckResult) -> None:
-        """Add the kernels a correctness case ran to what the static checks judge."""
-        names = result.measured.get("kernels_launched")
-        if names is None:
-            self.cases_cut += 1
-        if self.launched is None or names is None:
-            return
-        self.cases_run += 1
-        if names == "unknown" or not isinstance(names, list):
-            self.launched = None
-        else:
-            self.launched.update(str(n) for n in names)
+    def _profiled(self) -> bool:
+        """Whether the student's cases are profiled: for the counter checks, and for the record of
+        which kernels ran that the compiled-code checks are judged on."""
+        return self.options.counters and bool(self.spec.counters or launched.list_check(self.spec))
 
-    def _rejudge_static(self, sub: Submission) -> None:
-        """Judge the compiled-code checks again on the kernels the correctness cases ran."""
-        if self.launched is None or not self.spec.static or not self.cases_run:
+    def _rejudge_static(self) -> None:
+        """Judge the compiled-code checks again on the kernels the profiler saw run; where it kept
+        no record, the verdicts on the whole file stand, and a skipped one says why."""
+        sub = self.sub
+        if sub is None or not self.spec.static:
             return
-        if self.launched and not self.launched & {k.name for k in sub.kernels}:
-            return  # names that match no kernel of the file: keep the file-wide verdicts
-        if not self.launched and self.cases_cut:
-            return  # the cases that completed launched nothing (n = 0, say) and the rest hung or crashed
-        judged = {c.id: c for c in static_checks(self.spec, sub.library, sub.kernels, self.launched)}
+        seen = launched.record(self.profiles.runs) if self.profiles is not None else launched.Record(
+            unknown="hardware counters turned off (--no-counters)" if not self.options.counters else "no correctness case passed")
+        if seen.unknown:
+            self.checks = [dataclasses.replace(c, message=f"{c.message} (not recorded here: {seen.unknown})")
+                           if c.stage is Stage.STATIC and c.outcome is Outcome.SKIPPED else c for c in self.checks]
+            return
+        judged = {c.id: c for c in static_checks(self.spec, sub.library, sub.kernels, set(seen.names))}
         self.checks = [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in self.checks]
 
     def _background(self, stage: Stage, batch: Callable[[], list[CheckResult]], ids: tuple[str, ...] = ()) -> None:
@@ -350,6 +346,7 @@ class LabGrading:
     def _finish_on_gpu(self) -> None:
         spec = self.spec
         tool_checks = self.wait()
+        self._rejudge_static()
         passed = self._correct()
         sanitizer_checks = [c for c in tool_checks if c.stage is Stage.SANITIZER]
         self._counter_checks = [c for c in tool_checks if c.stage is Stage.COUNTERS]

@@ -211,7 +211,7 @@ def static_checks(spec: LabSpec, library: Path, kernels: tuple[KernelResources, 
         if unsure and not settled_without_knowing_what_ran(c.require, ok):
             out.append(CheckResult(c.id, Stage.STATIC, Outcome.SKIPPED, 0, c.points,
                                    f"{evidence}; your file defines {len(kernels)} kernels, and only those that run "
-                                   "count: which ones do is seen when the correctness cases run on a GPU"))
+                                   "count: which ones do is recorded by Nsight Compute on a GPU"))
             continue
         evidence += scope
         message = evidence if ok else f"{evidence}. {c.hint}".strip()
