@@ -215,7 +215,7 @@ def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time
     cmd = [
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
         # kernels by their symbols, demangled as the compiled-code checks name them
-        "--kernel-name-base", "mangled", "--clock-control", "none", "--log-file", TOOL_LOG,
+        "--print-kernel-base", "mangled", "--clock-control", "none", "--log-file", TOOL_LOG,
     ]
     attempts = iter(range(1, 100))
     run, busy = run_when_counters_free(

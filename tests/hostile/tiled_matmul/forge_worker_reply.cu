@@ -1,7 +1,7 @@
 // Hostile: the reference kernel, with a constructor that runs Python inside the grader's worker as
-// the library loads and replaces the worker's case runner with one that replies in a shape of its
-// own (outputs as a list, no guard words, no launches). The reply is judged against what the task
-// asks for and is a verdict against the submission, not an error of the grader's.
+// the library loads and replaces the worker's check of the guard words around the outputs with one
+// that answers in a shape of its own (a list, hiding any write past an output). The reply is judged
+// against what the task asks for and is a verdict against the submission, not the grader's error.
 #include <dlfcn.h>
 
 #define TILE 16
@@ -22,9 +22,9 @@ __global__ void matmul_tiled(const float* M, const float* N, float* P, int width
 
 static const char* kPatch =
     "import sys\n"
-    "m = sys.modules.get('grader.worker.main')\n"
+    "m = sys.modules.get('grader.worker.buffers')\n"
     "if m is not None:\n"
-    "    m.run_case = lambda cp, task: {'status': 'ok', 'seconds': 0.0, 'outputs': ['P.npy'], 'kernels_launched': []}\n";
+    "    m.Buffers.guard_violations = lambda self: []\n";
 
 __attribute__((constructor)) static void patch_the_worker() {
     typedef int (*ensure_t)(void);
