@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from typing import Any
 
@@ -74,7 +75,11 @@ def scored(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list
     """The CPU's part (it may run beside the next lab's timing): the speed checks, and the timings
     per kernel (with ``_device`` and ``_phases``) for the report."""
     started = time.monotonic()
-    checks, timings = score(sub, worker, m)
+    try:
+        checks, timings = score(sub, worker, m)
+    finally:
+        if m.inputs is not None:  # the baselines' worker wrote them for this run alone
+            shutil.rmtree(m.inputs[0], ignore_errors=True)
     timings["_phases"] = {**m.phase_s, "check": round(time.monotonic() - started, 3)}
     return checks, timings
 

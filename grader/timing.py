@@ -4,6 +4,7 @@ worker and the trusted baselines' worker sample by sample, interleaved."""
 from __future__ import annotations
 
 import math
+import secrets
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -295,7 +296,8 @@ class TimedRun:
         marks.append(time.monotonic())
         m.closing = self._call("student", timing_close(str(self.worker.dirs.outbox / CLOSING_FOLDER))).data
         trusted = self.owner[self.baselines[0]]
-        folder = trusted.dirs.outbox / f"{CLOSING_FOLDER}-{self.sub.spec.id}"
+        # a folder of this run's own: the worker serves every submission graded on this GPU
+        folder = trusted.dirs.outbox / f"{CLOSING_FOLDER}-{self.sub.spec.id}-{secrets.token_hex(6)}"
         made = self._call(self.baselines[0], timing_inputs(self.refills, str(folder))).data["check_inputs"]
         m.inputs = (folder, {str(k): str(v) for k, v in made.items()})
         marks.append(time.monotonic())
