@@ -8,10 +8,11 @@ Where the locks live:
   therefore do not take turns through it;
 - or, where several users grade on one machine and their timings must not overlap, in a folder an
   administrator made for them (``GRADER_LOCK_DIR``): owned by root or by the grader's user, and if
-  others may write it, owned by root and sticky (like ``/tmp``). A lock file in it is used only if
-  it is a regular file with one name that belongs to the grader's user or to the folder's owner.
+  others may write it, owned by root and sticky (like ``/tmp``). A lock file in it may be another
+  user's (whoever's grader made it first): it is opened read-only with ``O_NOFOLLOW``, must be a
+  regular file with one name, and is never written to or chmod-ed.
 
-Locks are taken with ``filelock`` (which opens them with ``O_NOFOLLOW``), each wait is bounded,
+Locks in the user's own folder are taken with ``filelock`` (``O_NOFOLLOW``), each wait is bounded,
 and the holder writes who it is beside the lock (``<lock>.<uid>.holder``: pid, user, what, since)
 so that a waiter can say whom it waits for.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import json
 import os
 import stat
@@ -107,20 +109,57 @@ def check_shared_dir(path: Path) -> None:
         check_private_dir(path, LOCK_DIR_ENV)  # its parents too
 
 
-def _check_lock_file(place: LockPlace, path: Path) -> None:
-    """Refuse an existing lock file that is not a plain file of this user (or of a shared
-    folder's owner): a link to another file, a FIFO, another user's file."""
+def _check_lock_file(path: Path) -> None:
+    """Refuse an existing lock file in the user's own folder that is not a plain file of this
+    user's: a link to another file, a FIFO, another user's file."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
         return
-    owners = {os.geteuid(), os.lstat(place.folder).st_uid} if place.shared else {os.geteuid()}
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid not in owners:
-        kind = ("a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file" if not stat.S_ISREG(info.st_mode)
-                else "a file with another name (a hard link)" if info.st_nlink != 1
-                else f"a file of {user_name(info.st_uid)}'s")
-        raise HostStateError(f"this lock file is {kind}, not one the grader made: someone may be trying to make the "
-                             f"grader write to another file; remove it (rm -f '{path}')", path=path)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_uid != os.geteuid():
+        raise HostStateError(f"this lock file is {_kind(info)}, not one the grader made: someone may be trying to "
+                             f"make the grader write to another file; remove it (rm -f '{path}')", path=path)
+
+
+def _kind(info: os.stat_result) -> str:
+    return ("a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file" if not stat.S_ISREG(info.st_mode)
+            else "a file with another name (a hard link)" if info.st_nlink != 1
+            else f"a file of {user_name(info.st_uid)}'s")
+
+
+def _open_shared(path: Path) -> int:
+    """The lock file of a shared folder, opened read-only (all ``flock`` needs): whoever made it
+    first owns it, and this grader never writes to it, changes its mode or follows a link there."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise HostStateError(f"this lock file cannot be opened ({exc.strerror}; a symbolic link?): remove it "
+                                 f"(rm -f '{path}')", path=path) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise HostStateError(f"this lock file is {_kind(info)}: remove it (rm -f '{path}')", path=path)
+    return fd
+
+
+class _SharedLock:
+    """``flock`` on a shared folder's lock file, with filelock's ``acquire``/``release``."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = _open_shared(path)
+
+    def acquire(self, timeout: float) -> None:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise filelock.Timeout(str(timeout)) from None
+
+    def release(self) -> None:
+        os.close(self.fd)
 
 
 def _holder_file(path: Path, uid: int) -> Path:
@@ -194,31 +233,18 @@ def hold(place: LockPlace, name: str, title: str, what: str, wait_s: float, poll
     process does under it); yields the seconds waited. While another grader holds it, ``notify``
     hears whom this one waits for; past ``wait_s`` seconds, :class:`LockTimeout` names the holder."""
     path = place.path(name)
-    _check_lock_file(place, path)
-    lock = filelock.FileLock(str(path), mode=0o666 if place.shared else 0o600, thread_local=False)
-    started = time.monotonic()
-    noted = -NOTE_EVERY_S
-    while True:
-        try:
-            lock.acquire(timeout=0)
-            break
-        except filelock.Timeout:
-            pass
-        except OSError as exc:
-            raise HostStateError(f"{title} cannot be taken ({exc.strerror or exc}): remove the lock file "
-                                 f"(rm -f '{path}') if another user made it", path=path) from None
-        waited = time.monotonic() - started
-        if waited >= wait_s:
-            holder = holder_of(path)
-            who = f"held by {holder.describe()}" if holder else "held by another grader"
-            raise LockTimeout(f"waited {waited:.0f} s for {title} {who} and gave up: if that grader is stuck, stop it; "
-                              f"grade again when it is done", path=path)
-        if notify is not None and waited - noted >= NOTE_EVERY_S:
-            noted = waited
-            holder = holder_of(path)
-            notify(f"waiting for {title} {'held by ' + holder.describe() if holder else 'held by another grader'}")
-        time.sleep(min(poll_s, max(wait_s - waited, 0.0)))
-    waited = time.monotonic() - started
+    lock: filelock.FileLock | _SharedLock
+    if place.shared:
+        lock = _SharedLock(path)
+    else:
+        _check_lock_file(path)
+        lock = filelock.FileLock(str(path), mode=0o600, thread_local=False)
+    try:
+        waited = _wait(lock, path, title, wait_s, poll_s, notify)
+    except BaseException:
+        if isinstance(lock, _SharedLock):
+            lock.release()
+        raise
     record = _write_holder(path, what)
     try:
         yield waited
@@ -227,3 +253,32 @@ def hold(place: LockPlace, name: str, title: str, what: str, wait_s: float, poll
             with contextlib.suppress(OSError):
                 os.unlink(record)
         lock.release()
+
+
+def _wait(lock: filelock.FileLock | _SharedLock, path: Path, title: str, wait_s: float, poll_s: float,
+          notify: Callable[[str], None] | None) -> float:
+    """Take ``lock``, polling; the seconds waited. Past ``wait_s``, :class:`LockTimeout`."""
+    started = time.monotonic()
+    noted = -NOTE_EVERY_S
+    while True:
+        try:
+            lock.acquire(timeout=0)
+            return time.monotonic() - started
+        except filelock.Timeout:
+            pass
+        except OSError as exc:
+            raise HostStateError(f"{title} cannot be taken ({exc.strerror or exc}): remove the lock file "
+                                 f"(rm -f '{path}') if another user made it", path=path) from None
+        waited = time.monotonic() - started
+        if waited >= wait_s:
+            raise LockTimeout(f"waited {waited:.0f} s for {title} {_held_by(path)} and gave up: if that grader is "
+                              f"stuck, stop it; grade again when it is done", path=path)
+        if notify is not None and waited - noted >= NOTE_EVERY_S:
+            noted = waited
+            notify(f"waiting for {title} {_held_by(path)}")
+        time.sleep(min(poll_s, max(wait_s - waited, 0.0)))
+
+
+def _held_by(path: Path) -> str:
+    holder = holder_of(path)
+    return f"held by {holder.describe()}" if holder else "held by another grader"
