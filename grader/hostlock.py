@@ -81,7 +81,7 @@ def lock_place(key: str, base: Path | None = None) -> LockPlace:
     """Where the locks of the GPU ``key`` live: ``base`` (a folder of this user), else the
     administrator's ``GRADER_LOCK_DIR``, else this user's own lock folder. A folder that another
     user could have prepared is refused (:class:`~grader.hostdirs.HostStateError`)."""
-    shared = os.environ.get(LOCK_DIR_ENV, "")
+    shared = os.environ.get("GRADER_LOCK_DIR", "")  # LOCK_DIR_ENV
     if base is None and shared:
         check_shared_dir(Path(shared))
         return LockPlace(Path(shared), key, shared=True)
