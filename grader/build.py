@@ -20,6 +20,7 @@ from . import toolchain
 from .cachedirs import default_cache_dir
 from .errors import GraderError
 from .flock import wait_exclusive
+from .hostdirs import HostStateError, check_file, check_private_dir, private_dir, read_private
 from .outcome import KernelResources, SourceLocation
 from .procgroup import run_capped
 from .safeio import SOURCE_LIMIT_BYTES, read_file
@@ -29,6 +30,9 @@ from .textutil import CappedOutput, cap_lines, clean
 
 SUPPORT_SOURCE = Path(__file__).parent / "cuda" / "support.cu"
 SUPPORT_NAME = "grader-support.cu"
+#: How the build cache's folder is named in messages, and the most of a build record read back.
+CACHE_WHAT = "the grader's cache folder"
+META_LIMIT_BYTES = 1 << 20
 CACHE_VERSION = "2"
 # Address space for nvcc and its children: a template bomb fails instead of swapping the machine.
 # (Only the compiler: CUDA programs reserve huge virtual ranges and break under RLIMIT_AS.)
@@ -122,12 +126,11 @@ def build(
     ):
         key.update(hashlib.sha256(part).digest())
     digest = key.hexdigest()[:32]
-    cache = (cache_dir or default_cache_dir()) / "builds"
+    cache = private_dir(private_dir(cache_dir or default_cache_dir(), CACHE_WHAT) / "builds", "the build cache")
     final = cache / digest
     hit = _cached(final, display, source, started)
     if hit is not None:
         return hit
-    cache.mkdir(parents=True, exist_ok=True)
     with _one_builder(cache, digest, time_limit_s):
         hit = _cached(final, display, source, started)  # another grader built it while this one waited
         if hit is not None:
@@ -183,17 +186,40 @@ def build(
 
 
 def _cached(final: Path, display: str, source: Path, started: float) -> BuildResult | None:
-    """The build published at ``final``, if there is a readable one (a broken one is removed)."""
-    meta_path = final / "build.json"
-    if not meta_path.exists():
+    """The build published at ``final``, if there is a readable one (a broken one is removed).
+
+    An entry this user did not make (another owner, a link, a folder others can write) is
+    refused, never loaded: the baselines' shared objects run in the grader's trusted worker."""
+    if not os.path.lexists(final):
         return None
+    check_private_dir(final, "a build cache entry")
     try:
-        meta = json.loads(meta_path.read_text())
+        text = read_private(final / "build.json", META_LIMIT_BYTES, "a build cache entry's record")
+        if text is None:
+            return None
+        meta = json.loads(text)
+        if meta["ok"]:
+            _check_library(final / "lib.so")
         return _result_from_meta(final, meta, str(_compiled_name(display, source)), cached=True,
                                  seconds=time.monotonic() - started)
     except (OSError, ValueError, KeyError):
         shutil.rmtree(final, ignore_errors=True)
         return None
+
+
+def _check_library(lib: Path) -> None:
+    """Refuse a cached shared object that is not a regular file of this user's."""
+    try:
+        fd = os.open(lib, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise HostStateError(f"a cached shared object cannot be opened ({exc.strerror}): it may be a symbolic link "
+                             f"someone put there; remove its folder (rm -rf '{lib.parent}')", path=lib) from None
+    try:
+        check_file(fd, lib, "a cached shared object")
+    finally:
+        os.close(fd)
 
 
 #: Where the locks live that let one grader build a given digest while others wait for it.
@@ -206,8 +232,8 @@ def _one_builder(cache: Path, digest: str, time_limit_s: float) -> Iterator[None
     sharing a cache) that need the same build compile it once; the other waits, then finds it
     cached. A lock that cannot be had in time (or made at all) is gone without: both compile."""
     try:
-        (cache / LOCKS).mkdir(exist_ok=True)
-        fd = os.open(cache / LOCKS / digest, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = os.open(private_dir(cache / LOCKS, "the build locks' folder") / digest,
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError:
         yield
         return

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .hostdirs import HostStateError, check_file, check_private_dir, private_dir
 from .identity import lab_version
 from .spec import LabSpec
 
@@ -77,7 +78,8 @@ def _key(spec: LabSpec, *parts: str) -> str:
 def _cached(cache_dir: Path | None, key: str, compute: Callable[[], Arrays]) -> Arrays:
     if cache_dir is None:
         return compute()
-    path = cache_dir / "cases" / key[:2] / f"{key}.npz"
+    cases = private_dir(private_dir(cache_dir, "the grader's cache folder") / "cases", "the case cache")
+    path = cases / key[:2] / f"{key}.npz"
     stored = _load(path)
     if stored is not None:
         return stored
@@ -89,19 +91,30 @@ def _cached(cache_dir: Path | None, key: str, compute: Callable[[], Arrays]) -> 
 
 
 def _load(path: Path) -> Arrays | None:
+    """The entry at ``path``: None where there is none, or it is cut short or not an archive.
+    Its folder and the file itself must be this user's (a link, another user's file: refused)."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # absent, cut short or not an archive: compute it again
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise HostStateError(f"a cached case cannot be opened ({exc.strerror}): it may be a symbolic link someone put "
+                             f"there; remove it (rm -f '{path}')", path=path) from None
+    with os.fdopen(fd, "rb") as stream:
+        check_private_dir(path.parent, "the case cache")
+        check_file(fd, path, "a cached case")
+        try:
+            with np.load(stream, allow_pickle=False) as data:
+                return {name: data[name] for name in data.files}
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # cut short or not an archive: compute it again
+            return None
 
 
 def _store(path: Path, arrays: Arrays) -> None:
     """Written whole or not at all (grades in other processes read the folder at the same time),
     readable by this user only (the answers are those of the course's secret cases)."""
+    private_dir(path.parent, "the case cache")
     try:
-        path.parent.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path.parent.mkdir(mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".part")
         try:
             save: Any = np.savez  # its stubs take the arrays' names for its own keywords

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import __version__, completion, gitinfo, labdoc, readme
 from . import release as releasing
+from .cachedirs import default_cache_dir
 from .classroom import diff as class_diff
 from .classroom import gradescope
 from .classroom.merge import merge as merge_shards
@@ -27,6 +28,8 @@ from .classroom.run import ClassOptions, grade_class
 from .classroom.shard import parse as parse_shard
 from .errors import GraderError, internal_error_id, internal_error_log
 from .grade import grade
+from .hostdirs import private_dir
+from .hostlock import lock_place
 from .identity import Identity, completed, file_hashes, identify, single_file_hash
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress
@@ -157,6 +160,10 @@ def _seconds(text: str) -> float:
 
 
 def _options(args: argparse.Namespace) -> GradeOptions:
+    # host state another user could have prepared is refused here, before any grading starts
+    private_dir(args.cache_dir or default_cache_dir(), "the grader's cache folder")
+    if not args.no_gpu:
+        lock_place("")
     return GradeOptions(
         archs=tuple(_arch(a) for a in args.arch) if args.arch else None,
         cache_dir=args.cache_dir,

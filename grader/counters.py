@@ -9,8 +9,6 @@ import hashlib
 import io
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,8 +17,9 @@ from typing import Callable, Iterator, Mapping
 from . import toolchain
 from .build import baseline_library, demangle
 from .correctness import tool_task
-from .flock import gpu_folder, wait_exclusive
 from .gpu import GpuInfo, key_of
+from .hostdirs import HostStateError, private_dir, read_private, write_private
+from .hostlock import LockPlace, hold, lock_place
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .procgroup import Stop
 from .runner import Isolation, RunDirs
@@ -108,38 +107,30 @@ BUSY_ATTEMPTS = 3
 BUSY_PAUSE_S = 2.0
 
 
-def lock_folder(gpu: GpuInfo | None) -> Path | None:
-    """Where the profiling lock of ``gpu`` lives: its shared folder, named after its UUID (None,
-    the system's temporary folder, for a GPU whose UUID is not known)."""
-    key = key_of(gpu)
-    return gpu_folder(key) if key else None
+def lock_folder(gpu: GpuInfo | None) -> LockPlace:
+    """Where the profiling lock of ``gpu`` lives: the grader's lock folder, named after its UUID
+    (one lock for every GPU whose UUID is not known)."""
+    return lock_place(key_of(gpu))
 
 
 @contextlib.contextmanager
-def profiling_lock(time_limit_s: float, folder: Path | None = None) -> Iterator[float]:
+def profiling_lock(time_limit_s: float, folder: LockPlace | Path | None = None) -> Iterator[float]:
     """Hold a GPU's profiling lock; yields the seconds spent waiting for it.
 
     A GPU's counters serve one profiler at a time. ncu keeps its own runs apart, but not across
     the namespaces of separate sandboxes (the later runs fail with "a driver resource was
-    unavailable"), so every grader process on the machine takes this lock file around each run:
-    in ``folder``, the GPU's own (``lock_folder``), or else in the system's temporary folder.
-    Raises TimeoutError after ``time_limit_s``.
+    unavailable"), so every grader process of this user (or of every user, with a shared
+    ``GRADER_LOCK_DIR``) takes this lock around each run: in ``folder``, the GPU's place
+    (``lock_folder``), a folder of this user's, or else the lock folder's GPU-less lock.
+    Raises TimeoutError (a :class:`~grader.hostlock.LockTimeout` naming the holder) after ``time_limit_s``.
     """
-    path = (folder or Path(tempfile.gettempdir())) / LOCK_NAME
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        with contextlib.suppress(PermissionError):
-            os.fchmod(fd, 0o666)  # other users' graders share it
-    except PermissionError:  # someone else's lock that we may not open: keep our own runs apart at least
-        fd = os.open(path.with_name(f"{LOCK_NAME}.{os.getuid()}"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        yield wait_exclusive(fd, 0.05, time_limit_s, path)
-    finally:
-        os.close(fd)
+    place = folder if isinstance(folder, LockPlace) else lock_place("", folder)
+    with hold(place, LOCK_NAME, "the profiler lock", "profiling", time_limit_s, 0.05) as waited:
+        yield waited
 
 
 def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: float, pause_s: float = BUSY_PAUSE_S,
-                           folder: Path | None = None, attempts: int = BUSY_ATTEMPTS) -> tuple[ToolRun | None, str]:
+                           folder: LockPlace | Path | None = None, attempts: int = BUSY_ATTEMPTS) -> tuple[ToolRun | None, str]:
     """``attempt(limit)`` under the profiling lock, again (up to ``attempts`` in all) while a
     profiler outside the grader holds the counters. Returns the run, or None and why the
     counters could not be had."""
@@ -150,13 +141,19 @@ def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: fl
             with profiling_lock(left, folder) as waited:
                 run = attempt(left - waited)
         except TimeoutError as exc:
-            return None, f"another grader kept the profiler busy for {time_limit_s:g} s (lock {exc})"
+            return None, f"another grader kept the profiler busy for {time_limit_s:g} s ({exc})"
+        except HostStateError as exc:  # a lock folder another user prepared: no profiling, and why
+            return None, str(exc)
         if run.timed_out or BUSY_MARK not in run.log:  # the profiler's own report, never what the program printed
             return run, ""
         if tries < attempts and deadline - time.monotonic() > pause_s:
             time.sleep(pause_s)
     return None, (f"the GPU's performance counters stayed busy through {tries} tries: another profiler "
                   "(Nsight Compute outside the grader, DCGM) was collecting on this GPU")
+
+
+#: The largest cached counter run that is read back.
+CACHE_LIMIT_BYTES = 1 << 20
 
 
 def cache_path(cache_key: str, cache_dir: Path, library: Path) -> Path:
@@ -183,9 +180,12 @@ def profile(
     ncu's report comes through a pipe that only the grader reads: what the program printed
     (forged CSV rows, a fake "counters busy") is never parsed."""
     cache_file = cache_path(cache_key, cache_dir, library) if cache_key and cache_dir else None
-    if cache_file is not None and cache_file.exists():
-        data = json.loads(cache_file.read_text())
-        return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
+    if cache_file is not None:
+        private_dir(cache_file.parent, "the counters cache")
+        stored = read_private(cache_file, CACHE_LIMIT_BYTES, "a cached counter run")
+        if stored is not None:
+            data = json.loads(stored)
+            return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
     if callable(task):
         task = task()
     run, early = run_profiler(task, metrics, dirs, time_limit_s, isolation, gpu)
@@ -196,10 +196,7 @@ def profile(
         return failed_run(failure, run)
     counted = judged(metrics, kernel_rows(run.log), run.result or {}, run.log, run.seconds)
     if counted.values and cache_file is not None:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"values": dict(counted.values), "kernels": list(counted.kernels)}))
-        os.replace(tmp, cache_file)
+        write_private(cache_file, json.dumps({"values": dict(counted.values), "kernels": list(counted.kernels)}).encode())
     return counted
 
 

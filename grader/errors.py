@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import traceback
 import uuid
 from pathlib import Path
@@ -36,9 +37,16 @@ def internal_error_id(exc: BaseException, log_path: Path | None = None) -> str:
     short = uuid.uuid4().hex[:8]
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a", encoding="utf-8") as fh:
-            fh.write(f"--- internal error {short}\n")
-            fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        # never through a link, nor into a file of another user's (the cache folder may be shared)
+        try:
+            fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+        except OSError:  # a link or a FIFO in its place: the id is still shown
+            return short
+        with open(fd, "a", encoding="utf-8") as fh:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1:
+                fh.write(f"--- internal error {short}\n")
+                fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
     return short
 
 

@@ -11,6 +11,7 @@ from typing import Callable
 from . import gpu
 from . import sandbox as sandboxing
 from .cachedirs import default_cache_dir
+from .hostdirs import private_dir
 
 
 def default_archs() -> tuple[str, ...]:
@@ -58,8 +59,10 @@ def secret_seed(secret: str, lab: str, what: str, seed: int) -> int:
 
 
 def kernel_cache(options: GradeOptions) -> Path:
-    """The trusted CuPy kernel cache: trusted workers compile into it, sandboxed ones start from a copy."""
-    return (options.cache_dir or default_cache_dir()) / "cupy-kernels"
+    """The trusted CuPy kernel cache: trusted workers compile into it, sandboxed ones start from a copy.
+    It and the cache folder must be this user's alone (CuPy loads the kernels it finds there)."""
+    root = private_dir(options.cache_dir or default_cache_dir(), "the grader's cache folder")
+    return private_dir(root / "cupy-kernels", "the CuPy kernel cache")
 
 
 def sandbox_for(options: GradeOptions) -> sandboxing.Sandbox:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "ci" / "github" / "grade.yml"
 TEMPLATE_WORKFLOW = ROOT / "student_template" / ".github" / "workflows" / "grade.yml"
 RUNNER = ROOT / "ci" / "runner"
-SCRIPTS = [RUNNER / "setup-runner.sh", RUNNER / "runner-prepare", RUNNER / "cuda-grader-ci"]
+SCRIPTS = [RUNNER / "setup-runner.sh", RUNNER / "runner-prepare", RUNNER / "runner-clean", RUNNER / "cuda-grader-ci"]
 WORKFLOWS = sorted({*ROOT.glob("ci/github/*.yml"), *ROOT.glob("**/.github/workflows/*.yml"),
                     *ROOT.glob("**/.github/workflows/*.yaml")})
 

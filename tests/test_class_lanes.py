@@ -7,10 +7,9 @@ import json
 import os
 import shutil
 import signal
-import tempfile
 from pathlib import Path
 
-from grader.classroom import plan, roster
+from grader.classroom import gpulock, plan, roster
 from grader.classroom.gpus import GpuSlot
 from grader.classroom.progress import Display
 from grader.classroom.scheduler import Scheduler
@@ -79,7 +78,7 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     assert victim["labs"][0]["checks"][0]["message"].startswith("the grading process died")
     assert results[1].problems and not results[2].problems  # the lane started afresh for zoe
     # the lane took the lock in the GPU's own folder (where its profiling lock is too)
-    assert (Path(tempfile.gettempdir()) / f"cuda-grader-gpu-{slot.key}" / "grader-gpu.lock").exists()
+    assert gpulock.gpu_folder(slot.key).path(gpulock.LOCK_NAME).exists()
 
 
 def test_a_rehearsal_that_takes_its_lane_process_down_costs_the_first_student_nothing(tmp_path):

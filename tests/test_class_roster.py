@@ -227,11 +227,13 @@ def test_a_wait_at_the_health_gate_is_in_the_labs_stage_seconds():
 
 
 def test_the_gpu_lock_lets_one_grader_at_a_time(tmp_path):
-    folder = gpulock.gpu_folder("GPU-test", base=tmp_path)
-    assert folder == tmp_path / "cuda-grader-gpu-GPU-test" and oct(folder.stat().st_mode & 0o7777) == "0o1777"
-    code = ("import sys, time; from pathlib import Path; from grader.classroom.gpulock import gpu_lock\n"
-            "with gpu_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(1.5)\n")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    folder = gpulock.gpu_folder("GPU-test", base=tmp_path / "locks")
+    assert folder.path(gpulock.LOCK_NAME) == tmp_path / "locks" / "GPU-test.grader-gpu.lock"
+    assert oct(folder.folder.stat().st_mode & 0o7777) == "0o700"  # the user's own, never a shared /tmp folder
+    code = ("import sys, time; from pathlib import Path; from grader.classroom.gpulock import gpu_folder, gpu_lock\n"
+            "with gpu_lock(gpu_folder('GPU-test', Path(sys.argv[1]))):\n    print('held', flush=True); time.sleep(1.5)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(folder.folder)], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with gpulock.gpu_lock(folder, poll_s=0.05) as waited:

@@ -3,7 +3,6 @@ busy, and counter checks on one case sharing one run. Real ncu runs are in the G
 
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -37,11 +36,14 @@ def test_the_profiling_lock_keeps_two_processes_apart(tmp_path):
 
 
 def test_each_gpu_has_its_own_profiling_lock_in_the_folder_of_its_gpu_lock(tmp_path, monkeypatch):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("GRADER_LOCK_DIR", raising=False)
     h100 = GpuInfo("NVIDIA H100", (9, 0), "580", 0, "GPU-1111aaaa-22bb")
     other = GpuInfo("NVIDIA H100", (9, 0), "580", 1, "GPU-3333cccc-44dd")
     folder = counters.lock_folder(h100)
-    assert folder is not None and folder.name == "cuda-grader-gpu-GPU-1111aaaa-22bb"
+    # the user's own lock folder (not a folder in /tmp that another user could make first)
+    assert folder.path(counters.LOCK_NAME) == tmp_path / "cache" / "cuda-lab-grader" / "locks" / \
+        "GPU-1111aaaa-22bb.grader-ncu.lock"
     assert folder == gpulock.gpu_folder(GpuSlot(0, h100.uuid, h100.name, (9, 0)).key)  # a class lane's
     with counters.profiling_lock(1, folder):
         with counters.profiling_lock(0.3, counters.lock_folder(other)) as waited:  # another GPU: no wait
@@ -49,8 +51,9 @@ def test_each_gpu_has_its_own_profiling_lock_in_the_folder_of_its_gpu_lock(tmp_p
         with pytest.raises(TimeoutError):
             with counters.profiling_lock(0.3, counters.lock_folder(h100)):
                 pass
-    # a GPU whose UUID is unknown shares the one lock in the temporary folder
-    assert counters.lock_folder(GpuInfo("some GPU", (8, 0), "580")) is None
+    # a GPU whose UUID is unknown shares the one lock of the lock folder
+    assert counters.lock_folder(GpuInfo("some GPU", (8, 0), "580")).path(counters.LOCK_NAME) == \
+        tmp_path / "cache" / "cuda-lab-grader" / "locks" / "grader-ncu.lock"
 
 
 def test_waiting_for_the_profiling_lock_gives_up_at_the_limit(tmp_path):

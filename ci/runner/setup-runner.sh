@@ -164,6 +164,7 @@ chmod 0644 "$CONF_DIR/ci.conf" "$CONF_DIR/runner.conf"
 install -o root -g root -m 0755 "$here/cuda-grader-ci" "$WRAPPER"
 install -d -o root -g root -m 0755 "$LIBEXEC"
 install -o root -g root -m 0755 "$here/runner-prepare" "$LIBEXEC/runner-prepare"
+install -o root -g root -m 0755 "$here/runner-clean" "$LIBEXEC/runner-clean"
 sudoers=$(mktemp)
 {
     echo "# Written by setup-runner.sh: each runner's user may run exactly one command as $GRADING_USER."
