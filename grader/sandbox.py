@@ -47,8 +47,8 @@ INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewr
 
 
 #: Folders kept out of every sandbox beyond the course and the grader's own (a class's student
-#: folders), for this process and the lanes it starts: paths joined with ``os.pathsep``.
-HIDE_ENV = "GRADER_SANDBOX_HIDE"
+#: folders), while :func:`kept_out` is in effect in this process.
+_KEPT_OUT: list[str] = []
 #: bubblewrap's flags that stop the sandbox from creating user namespaces of its own (0.8 and newer).
 NO_USERNS_ARGS = ("--unshare-user", "--disable-userns")
 
@@ -109,22 +109,18 @@ def _course_dirs() -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def kept_out(paths: Iterable[Path]) -> Iterator[None]:
-    """Keep ``paths`` (a class's student folders) out of every sandbox started meanwhile, here and
-    in the processes this one starts (through the environment: lanes are processes of their own)."""
-    before = os.environ.get(HIDE_ENV)
-    found = {os.path.realpath(p) for p in paths} | set(_kept_out())
-    os.environ[HIDE_ENV] = os.pathsep.join(sorted(found))
+    """Keep ``paths`` (a class's student folders) out of every sandbox this process starts meanwhile
+    (its threads included; a process of its own, such as a GPU lane, must enter it too)."""
+    before = list(_KEPT_OUT)
+    _KEPT_OUT[:] = sorted({os.path.realpath(p) for p in paths} | set(before))
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(HIDE_ENV, None)
-        else:
-            os.environ[HIDE_ENV] = before
+        _KEPT_OUT[:] = before
 
 
 def _kept_out() -> tuple[str, ...]:
-    return tuple(p for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if os.path.isabs(p))
+    return tuple(_KEPT_OUT)
 
 
 #: Never covered, even when a course or a class lives right there: the system itself.
