@@ -4,7 +4,9 @@ The repository may belong to another user (git then refuses it unless told it is
 ``.git/config`` is the student's: only plumbing commands that run no hook, filter, pager or
 fsmonitor are used, with the system and user configuration left out, replace refs ignored, and
 discovery stopped at the repository itself (a student folder inside the TA's own git checkout
-is not that checkout).
+is not that checkout). Before git runs, the repository must be its own: ``.git`` a real folder
+(not a ``gitdir:`` file or a link to a classmate's), borrowing no other repository's objects, and
+holding only regular files and folders (a FIFO would stall git until its time-out).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,69 @@ from pathlib import Path
 GIT_TIMEOUT_S = 60.0
 #: What a roster's ``commit`` may be: a hash, a tag or a branch name (never an option).
 REV_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/@{}^~-]{0,199}$")
+
+
+#: Folders of ``.git`` git reads from (refs, reflogs for ``@{n}``, objects, grafts): checked whole.
+WALKED = ("refs", "logs", "objects", "info")
+#: Files that make a repository read another repository's history.
+BORROWING = ("commondir", "objects/info/alternates", "objects/info/http-alternates")
+#: The most entries of ``.git`` checked; a larger one is refused (a lab repository is far smaller).
+MAX_ENTRIES = 200_000
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def repository_problem(repo: Path) -> str:
+    """Why git must not be asked about ``repo`` ("" if it may, or if it has no ``.git`` at all).
+
+    Only lstat is used: nothing is opened, so a FIFO costs nothing."""
+    dot_git = repo / ".git"
+    try:
+        mode = os.lstat(dot_git).st_mode
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        return f"{dot_git}: cannot be read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return (f"{dot_git} is a file (a 'gitdir:' pointer to a repository elsewhere): a student's history must be "
+                "their own .git folder")
+    if not stat.S_ISDIR(mode):
+        return f"{dot_git} is {_kind(mode)}, not a folder: a student's history must be their own .git folder"
+    for name in BORROWING:
+        if os.path.lexists(dot_git / name):
+            return f"{dot_git / name} exists: the repository borrows another repository's history"
+    seen = 0
+    stack = [dot_git]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            return f"{folder}: cannot be read ({exc.strerror})"
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                return f"{dot_git} holds more than {MAX_ENTRIES:,} files: too many to check"
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError as exc:
+                return f"{entry.path}: cannot be read ({exc.strerror})"
+            if stat.S_ISDIR(mode):
+                if folder != dot_git or entry.name in WALKED:
+                    stack.append(Path(entry.path))
+            elif not stat.S_ISREG(mode):
+                return f"{entry.path} is {_kind(mode)}: git's files must be regular files"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -63,7 +129,10 @@ def git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes] | None:
 
 
 def is_repository(repo: Path) -> bool:
-    """``repo`` is the top folder of a git work tree (not merely inside one)."""
+    """``repo`` is the top folder of a git work tree (not merely inside one) whose ``.git`` is its
+    own (see :func:`repository_problem`)."""
+    if repository_problem(repo):
+        return False
     done = git(repo, "rev-parse", "--show-toplevel")
     if done is None or done.returncode != 0:
         return False

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from .cachedirs import default_cache_dir
 from .paths import PROJECT_ROOT, labs_dir_if_any
@@ -46,11 +46,20 @@ TMP_SIZE_BYTES = 512 << 20  # the sandbox's private /tmp
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) to sandbox submissions"
 
 
+#: Folders kept out of every sandbox beyond the course and the grader's own (a class's student
+#: folders), while :func:`kept_out` is in effect in this process.
+_KEPT_OUT: list[str] = []
+#: bubblewrap's flags that stop the sandbox from creating user namespaces of its own (0.8 and newer).
+NO_USERNS_ARGS = ("--unshare-user", "--disable-userns")
+
+
 @dataclass(frozen=True)
 class Sandbox:
     bwrap: str | None  # None: steps run unsandboxed
     version: str = ""
     reason: str = ""  # why there is no sandbox
+    userns_blocked: bool = False  # the sandbox cannot create user namespaces of its own
+    userns_note: str = ""  # why it can, where it can
 
     @property
     def active(self) -> bool:
@@ -58,7 +67,8 @@ class Sandbox:
 
     def describe(self) -> str:
         if self.active:
-            return f"bubblewrap {self.version}: no network, read-only system, only scratch and the submission's build visible"
+            text = f"bubblewrap {self.version}: no network, read-only system, only scratch and the submission's build visible"
+            return text if self.userns_blocked else f"{text}; new user namespaces allowed ({self.userns_note})"
         return f"none: {self.reason}; the submission ran without a sandbox"
 
     def wrap(self, cmd: list[str], *, read_only: Iterable[Path] = (), writable: Iterable[Path] = (),
@@ -66,16 +76,14 @@ class Sandbox:
         """``cmd`` inside the sandbox, or unchanged where there is none.
 
         Paths keep their names inside, so nothing has to be translated. ``hide`` adds folders
-        to keep out beyond the project, the build cache and the home folder.
+        to keep out beyond the course, the grader's checkout, the build cache and the home folder.
         """
         if not self.active:
             return list(cmd)
         assert self.bwrap is not None
-        args = [self.bwrap, *_base_args(tuple(str(Path(p).resolve()) for p in hide) + _labs())]
-        for p in read_only:
-            args += ["--ro-bind", str(p), str(p)]
-        for p in writable:
-            args += ["--bind", str(p), str(p)]
+        args = [self.bwrap, *_base_args(self.userns_blocked)]
+        args += _mounts(tuple(map(str, read_only)), tuple(map(str, writable)),
+                        tuple(str(Path(p).resolve()) for p in hide) + _course_dirs() + _kept_out())
         if cwd is not None:
             args += ["--chdir", str(cwd)]
         return [*args, "--", *cmd]
@@ -86,10 +94,37 @@ def _private_dirs(extra: tuple[str, ...]) -> list[str]:
     return sorted({str(Path(d).resolve()) for d in dirs})
 
 
-def _labs() -> tuple[str, ...]:
-    """The labs graded with (wherever ``--labs`` or the search found them), to keep out of sight."""
+def _course_dirs() -> tuple[str, ...]:
+    """The labs graded with (wherever ``--labs`` or the search found them), and the course
+    checkout or course bundle they are part of (references and known solutions sit beside
+    ``labs/``; a bundle has its ``bundle.yaml`` there)."""
     found = labs_dir_if_any()
-    return (str(found.resolve()),) if found is not None else ()
+    if found is None:
+        return ()
+    labs = found.resolve()
+    course = labs.parent
+    beside = any((course / name).exists() for name in ("reference", "pyproject.toml", "bundle.yaml"))
+    return (str(labs), str(course)) if beside and str(course) not in _NEVER_HIDDEN else (str(labs),)
+
+
+@contextlib.contextmanager
+def kept_out(paths: Iterable[Path]) -> Iterator[None]:
+    """Keep ``paths`` (a class's student folders) out of every sandbox this process starts meanwhile
+    (its threads included; a process of its own, such as a GPU lane, must enter it too)."""
+    before = list(_KEPT_OUT)
+    _KEPT_OUT[:] = sorted({os.path.realpath(p) for p in paths} | set(before))
+    try:
+        yield
+    finally:
+        _KEPT_OUT[:] = before
+
+
+def _kept_out() -> tuple[str, ...]:
+    return tuple(_KEPT_OUT)
+
+
+#: Never covered, even when a course or a class lives right there: the system itself.
+_NEVER_HIDDEN = frozenset({"/", "/usr", "/usr/local", "/opt", "/etc", "/home", "/tmp", "/var", "/srv", "/mnt"})
 
 
 def _python_dirs() -> list[str]:
@@ -122,19 +157,21 @@ def gpu_device_nodes() -> list[str]:
     return sorted(glob.glob(GPU_DEVICE_GLOB))
 
 
+def _visible_system_dirs() -> list[str]:
+    return [os.path.realpath(d) for d in SYSTEM_DIRS if not os.path.islink(d) and os.path.isdir(d)]
+
+
 @functools.lru_cache(maxsize=None)
-def _base_args(extra_hide: tuple[str, ...] = ()) -> tuple[str, ...]:
+def _base_args(block_userns: bool = False) -> tuple[str, ...]:
     # No capability survives into the sandbox, even for root (no mount, no open_by_handle_at);
     # a session of its own, so it cannot push input into the grader's terminal.
     args = ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--unshare-net", "--unshare-pid",
-            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    visible = []
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", *(NO_USERNS_ARGS if block_userns else ())]
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
-            visible.append(os.path.realpath(d))
     for name in ETC_ALLOWED:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev"]
@@ -142,19 +179,59 @@ def _base_args(extra_hide: tuple[str, ...] = ()) -> tuple[str, ...]:
         args += ["--dev-bind", node, node]
     args += ["--tmpfs", "/dev/shm", "--ro-bind", "/sys", "/sys",
              "--size", str(TMP_SIZE_BYTES), "--tmpfs", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
-    python = _python_dirs()
-
-    def under(path: str, roots: list[str]) -> bool:
-        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-    private = _private_dirs(extra_hide)
-    for d in private:
-        if os.path.isdir(d) and under(d, visible + python) and d not in ("/", "/usr", "/opt", "/etc"):
-            args += ["--tmpfs", d]
-    for d in python:
-        if not under(d, visible) or under(d, private):
-            args += ["--ro-bind", d, d]
     return tuple(args)
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _depth(path: str) -> int:
+    return len(Path(path).parts)
+
+
+def _mounts(read_only: tuple[str, ...], writable: tuple[str, ...], hidden: tuple[str, ...]) -> list[str]:
+    """The mounts after the system's: Python, what the step is handed, and empty folders over
+    everything private that would otherwise show through any of them.
+
+    bubblewrap mounts in order, a later mount covering an earlier one, so they are sorted from
+    the shallowest path to the deepest: a course under ``/usr/local/src`` is covered after
+    ``/usr`` (or a toolkit folder ``/usr/local``) is bound, and a file handed to the step from
+    inside a private folder (a build in the cache) is bound after that folder is covered.
+    """
+    visible = _visible_system_dirs()
+    python = _python_dirs()
+    private = _private_dirs(hidden)
+    # (path, order among equals: cover first, then bind what was asked for, args)
+    ops: list[tuple[str, int, list[str]]] = []
+    for d in python:
+        if not _under(d, visible) or _under(d, private):
+            ops.append((d, 1, ["--ro-bind", d, d]))
+    ops += [(p, 1, ["--ro-bind", p, p]) for p in read_only]
+    ops += [(p, 1, ["--bind", p, p]) for p in writable]
+    bound = visible + python + [os.path.realpath(p) for p in (*read_only, *writable)]
+    for d in private:
+        if d in _NEVER_HIDDEN or not _under(d, bound):
+            continue
+        if os.path.isdir(d) and not os.path.islink(d):
+            ops.append((d, 0, ["--tmpfs", d]))
+        elif os.path.lexists(d):
+            ops.append((d, 0, ["--ro-bind", os.devnull, d]))
+    ops.sort(key=lambda op: (_depth(op[0]), op[1]))
+    return [arg for _, _, op_args in ops for arg in op_args]
+
+
+def _userns_blocking(path: str) -> tuple[bool, str]:
+    """Whether this bubblewrap can keep the sandbox from creating user namespaces, and why not."""
+    try:
+        probe = subprocess.run([path, *_base_args(True), *_mounts((), (), _course_dirs()), "--", "true"],
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bubblewrap's --disable-userns did not run ({exc})"
+    if probe.returncode == 0:
+        return True, ""
+    why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+    return False, f"bubblewrap cannot deny them here: {why} (--disable-userns needs bubblewrap 0.8 and user namespaces)"
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,13 +245,15 @@ def detect() -> Sandbox:
         return Sandbox(None, reason=f"bubblewrap is not installed ({INSTALL_HINT})")
     try:
         version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout.split()[-1]
-        probe = subprocess.run([path, *_base_args(_labs()), "--", "true"], capture_output=True, text=True, timeout=30)
+        probe = subprocess.run([path, *_base_args(), *_mounts((), (), _course_dirs()), "--", "true"],
+                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
         return Sandbox(None, reason=f"bubblewrap at {path} did not run ({exc})")
     if probe.returncode != 0:
         why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
         return Sandbox(None, reason=f"bubblewrap at {path} cannot create a sandbox here ({why})")
-    return Sandbox(path, version=version)
+    blocked, note = _userns_blocking(path)
+    return Sandbox(path, version=version, userns_blocked=blocked, userns_note=note)
 
 
 def remove_read_only(folder: Path) -> None:

@@ -15,6 +15,11 @@ _ANSI = re.compile(
 # What neither XML 1.0 nor a terminal should get: C0 controls except tab and LF (so lone CRs
 # too), DEL, the C1 controls U+0080..U+009F, lone surrogates and U+FFFE/U+FFFF.
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# Bidirectional controls: embeddings and overrides (U+202A..U+202E), isolates (U+2066..U+2069) and
+# the marks (U+200E, U+200F, U+061C). In a terminal, an editor or a rendered report they reorder
+# what follows, so a line can show other text than it holds ("Trojan Source").
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+_BIDI = re.compile(f"[{BIDI_CONTROLS}]")
 # GitHub's runner reads workflow commands from each line of a step's output (lines end at LF or
 # CR): ``::name::`` after leading whitespace, and ``##[name]`` anywhere in the line.
 _COMMAND = re.compile(r"(?:\A|(?<=[\r\n]))\s*:(?=:)|#(?=#\[)")
@@ -26,9 +31,17 @@ _MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"} | {c: "\\" 
 _MD_AUTOLINK = re.compile(r"(?i)(?<=www)\.|:(?=//)")
 
 
+def strip_controls(text: str) -> str:
+    """Strip ANSI escapes, lone CRs, bidirectional controls and characters that XML or a terminal
+    must not get (keeps tab and LF)."""
+    return _BIDI.sub("", _UNSAFE.sub("", _ANSI.sub("", text.replace("\r\n", "\n"))))
+
+
 def clean(text: str) -> str:
-    """Strip ANSI escapes, lone CRs and characters that XML or a terminal must not get (keeps tab and LF)."""
-    return _UNSAFE.sub("", _ANSI.sub("", text.replace("\r\n", "\n")))
+    """Tool or student text for any report (terminal, Markdown, JUnit XML, Gradescope): controls
+    stripped (:func:`strip_controls`) and GitHub workflow commands defused. Every report format
+    passes student text through this (or :func:`clean_line`) before its own escaping."""
+    return neutralize_commands(strip_controls(text))
 
 
 def _escape_char(ch: str) -> str:
@@ -41,8 +54,9 @@ def one_line(text: str) -> str:
 
 
 def clean_line(text: str) -> str:
-    """Tool output for a one-line field: ``clean`` it, then ``one_line`` what is left."""
-    return one_line(clean(text))
+    """Tool output for a one-line field: controls stripped, ``one_line`` of what is left, workflow
+    commands defused."""
+    return neutralize_commands(one_line(strip_controls(text)))
 
 
 def neutralize_commands(text: str) -> str:

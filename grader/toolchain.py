@@ -62,3 +62,19 @@ def nvcc_version() -> str:
         return "unknown"
     m = re.search(r"release ([\d.]+), V([\d.]+)", out)
     return m.group(2) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def toolkit_root(nvcc: Path) -> Path:
+    """The CUDA toolkit's own folder, by its real path, for ``nvcc`` (which may be a link or a
+    wrapper script such as ``/usr/local/bin/nvcc``): what nvcc itself reports as its home
+    (``-dryrun`` prints ``_HERE_=<toolkit>/bin``), else the folder above the resolved program."""
+    fallback = nvcc.resolve().parent.parent
+    try:
+        done = subprocess.run([str(nvcc), "-dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return fallback
+    m = re.search(r"^#\$ _HERE_=(.+)$", done.stdout + done.stderr, re.MULTILINE)
+    here = Path(m.group(1).strip()).resolve() if m else None
+    return here.parent if here is not None and (here / "nvcc").is_file() else fallback

@@ -48,10 +48,16 @@ def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | No
     """(folder to grade, commit, failure) for one student."""
     path = student.path
     where = f"{path}" + (f" (roster line {student.line})" if student.line else "")
+    if path.is_symlink():
+        # a link to a classmate's folder (or anywhere) is not this student's work
+        return None, None, f"is a symbolic link (to {os.readlink(path)}), not the student's own folder: {where}"
     if not path.exists():
         return None, None, f"repository not found: {where}"
     if not path.is_dir():
         return None, None, f"not a folder: {where}"
+    problem = gitinfo.repository_problem(path)
+    if problem:
+        return None, None, problem
     if student.commit is None:
         root, commit = path, gitinfo.resolve(path)
     else:

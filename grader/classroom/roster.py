@@ -4,6 +4,11 @@ A folder: every sub-folder is one student's repository, the folder's name their 
 CSV with a ``student,path`` header and an optional ``commit`` column (the commit to grade: a hash,
 a tag or a branch); paths are relative to the roster's folder. Blank lines and lines starting
 with ``#`` are ignored. A bad line is an input error naming the file, the line and the problem.
+
+A student's folder must be the folder itself: one that is a symbolic link (in a folder of
+repositories, or as the last part of a roster's path) is refused in that student's row, as is a
+``.git`` that is not the folder's own (see ``grader.gitinfo.repository_problem``). Links further
+up a roster's path are the TA's own layout and are followed.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__
+from .. import sandbox as sandboxing
 from ..identity import grader_source_hash, lab_version, options_key
 from ..labs import find_lab, lab_ids
 from ..options import GradeOptions, default_archs
@@ -90,7 +91,9 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
         archs: list[tuple[str, ...]] = [options.archs] if options.archs else sorted({(s.arch,) for s in slots})
         archs = archs or [default_archs()]
         scheduler = Scheduler(options, slots, archs, display, cls.jobs, cls.visibility, cls.health_wait_s)
-        graded = scheduler.run(todo, skipped=len(skipped))
+        # every student's folder, and the commits' files, out of sight of every student's sandbox
+        with sandboxing.kept_out([*(s.path for s in roster), scratch]):
+            graded = scheduler.run(todo, skipped=len(skipped))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     manifest = manifest_for(specs, roster, [s.id for s in students], cls.shard, options)
