@@ -150,8 +150,8 @@ def build(
             if prlimit:
                 cmd = [prlimit, f"--as={COMPILE_MEMORY_LIMIT_BYTES}", f"--fsize={COMPILE_FILE_LIMIT_BYTES}", "--", *cmd]
             if sandbox is not None:
-                cuda_root = nvcc.resolve().parent.parent
-                cmd = sandbox.wrap(cmd, read_only=(cuda_root,), writable=(work,), cwd=work)
+                # the toolkit by its real folder: for an nvcc wrapper in /usr/local/bin, not all of /usr/local
+                cmd = sandbox.wrap(cmd, read_only=(toolchain.toolkit_root(nvcc),), writable=(work,), cwd=work)
             output, rc = _run_compiler(cmd, work, time_limit_s)
             timed_out = rc is None
             output = output.replace(str(work) + "/", "").replace(f"./{rel}", str(rel))
