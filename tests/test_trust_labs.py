@@ -10,10 +10,12 @@ exactly the labs their parent resolved.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+import test_wheel
 
 from grader import paths
 from grader.cli import main
@@ -23,6 +25,8 @@ from grader.specload import load_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 SHADOW = "/etc/shadow"
+#: The wheel installed into a fresh virtual environment (test_wheel's fixture), and how to run it.
+fresh, run = test_wheel.fresh, test_wheel.run
 
 
 @pytest.fixture(autouse=True)
@@ -130,5 +134,169 @@ def test_grading_with_a_hostile_bundle_is_an_input_error_that_shows_nothing_of_t
     assert main(["grade-repo", ".", "--no-gpu", "--lab", "tiled_matmul", "-q"]) == 2
     out, err = capsys.readouterr()
     assert "secret-hash" not in out + err
-    assert f"lab.yaml: files.header: {str(planted)!r} is an absolute path" in err
-    assert len(err.strip().splitlines()) == 1, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and f"lab.yaml: files.header: {str(planted)!r} is an absolute path" in errors[0], err
+
+
+# ------------------------------------------------------------------ a repository's own bundle: announced, recorded, refused
+
+
+MARKER_CODE = "import pathlib as _p; _p.Path({marker!r}).write_text('imported')\n"
+
+
+def plant_marker(repo: Path, marker: Path, lab: str = "tiled_matmul") -> None:
+    """The bundle's problem.py writes ``marker`` when it is imported."""
+    problem = repo / ".cuda-grader" / "labs" / lab / "problem.py"
+    problem.write_text(MARKER_CODE.format(marker=str(marker)) + problem.read_text())
+
+
+def class_of(tmp_path: Path, released: Path, names: tuple[str, ...] = ("alice", "bob")) -> Path:
+    folder = tmp_path / "class"
+    for name in names:
+        shutil.copytree(released, folder / name, symlinks=True)
+    return folder
+
+
+def test_grade_class_refuses_a_repository_bundle_in_one_line(tmp_path, released, monkeypatch, capsys):
+    monkeypatch.setattr(paths, "PROJECT_ROOT", tmp_path / "site-packages")  # installed: no course checkout
+    folder = class_of(tmp_path, released)
+    monkeypatch.chdir(folder / "alice")  # the TA's working folder is inside a student's repository
+    assert main(["grade-class", str(folder), "--out", str(tmp_path / "results"), "--no-gpu", "-q"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: grade-class grades with the course's labs, never a repository's own: the labs found "
+                          "are .cuda-grader/labs (the repository's student bundle"), err
+    assert "pass --labs DIR" in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_class_never_imports_a_students_problem_py(tmp_path, released, monkeypatch, capsys):
+    """Where a GPU would import the lab's problem.py (the inputs and the oracle) in the grader's
+    process: with the GPU probe stubbed on a CPU machine, a bundle's problem.py that leaves a
+    marker when imported, and the TA's folder inside that student's repository."""
+    from grader import gpu
+    from grader import grade as grading
+    from grader.classroom import run as class_run
+
+    monkeypatch.setattr(paths, "PROJECT_ROOT", tmp_path / "site-packages")
+    folder = class_of(tmp_path, released)
+    marker = tmp_path / "imported.txt"
+    plant_marker(folder / "alice", marker)
+    fake = gpu.GpuProbe(gpu.GpuInfo("Stub GPU", (9, 0), "0.0"))
+    monkeypatch.setattr(grading, "probe_for", lambda options: fake)
+    monkeypatch.setattr(class_run, "gpu_slots", lambda options, wanted: [])  # lanes in this process
+
+    def stop(*args, **kwargs):
+        raise RuntimeError("stubbed: no GPU to run on")
+
+    monkeypatch.setattr(grading, "Submission", stop)  # after the problem module is loaded, before any GPU work
+    monkeypatch.chdir(folder / "alice")
+    quick = ["--lab", "tiled_matmul", "--no-sanitizers", "--no-counters", "--no-timing", "-q", "-j", "1"]
+    code = main(["grade-class", str(folder), "--out", str(tmp_path / "refused"), *quick])
+    assert not marker.exists(), "grade-class imported the student's problem.py"
+    assert code == 2
+    capsys.readouterr()
+    results = tmp_path / "results"
+    assert main(["--labs", str(ROOT / "labs"), "grade-class", str(folder), "--out", str(results), *quick]) == 0
+    assert not marker.exists(), "grade-class imported the student's problem.py"
+    for student in ("alice", "bob"):
+        doc = json.loads((results / "students" / student / "report.json").read_text())
+        assert doc["identity"]["labs_origin"] == "--labs" and doc["identity"]["labs_folder"] == str(ROOT / "labs")
+        assert "stubbed: no GPU to run on" in json.dumps(doc["labs"])  # graded as far as the GPU, with the course's labs
+
+
+def test_grade_repo_from_its_own_bundle_says_so_on_every_score_line_and_in_every_report(repo, monkeypatch, capsys):
+    monkeypatch.setattr(paths, "PROJECT_ROOT", repo.parent / "site-packages")
+    monkeypatch.chdir(repo)
+    assert main(["grade-repo", ".", "--no-gpu", "--lab", "tiled_matmul", "--lab", "histogram", "-q", "--out", "report"]) == 0
+    out, err = capsys.readouterr()
+    note = "[feedback only: graded with the repository's own lab files (.cuda-grader/labs), not the course's]"
+    scores = [line for line in out.splitlines() if line.strip().startswith(("score ", "== total"))]
+    assert len(scores) == 3 and all(line.endswith(note) for line in scores), out
+    assert "labs: .cuda-grader/labs (the repository's student bundle: feedback only" in err  # even with -q
+    from grader.identity import labs_folder_hash
+
+    bundle = (repo / ".cuda-grader" / "labs").resolve()
+    identity = json.loads((repo / "report" / "report.json").read_text())["identity"]
+    assert identity["labs_origin"] == "repository bundle"
+    assert identity["labs_folder"] == str(bundle) and identity["labs_hash"] == labs_folder_hash(str(bundle))
+    xml = (repo / "report" / "report.xml").read_text()
+    assert 'name="identity.labs_origin" value="repository bundle"' in xml
+    assert f'name="identity.labs_hash" value="{identity["labs_hash"]}"' in xml
+    markdown = (repo / "report" / "report.md").read_text()
+    assert markdown.count(note.strip("[]")) == 3, markdown  # under the title and on each lab's score line
+
+
+def test_grading_with_the_course_labs_is_no_feedback(repo, monkeypatch, capsys):
+    monkeypatch.chdir(repo)
+    assert main(["--labs", str(ROOT / "labs"), "grade", "tiled_matmul", "labs/tiled_matmul/student.cu", "--no-gpu",
+                 "-q", "--json", "r.json"]) == 0
+    out, err = capsys.readouterr()
+    assert "feedback only" not in out + err
+    identity = json.loads((repo / "r.json").read_text())["identity"]
+    assert identity["labs_origin"] == "--labs" and identity["labs_folder"] == str(ROOT / "labs")
+
+
+def test_a_labs_folder_hash_sees_every_file_and_follows_no_link(tmp_path):
+    from grader.identity import labs_folder_hash
+
+    labs = tmp_path / "labs"
+    (labs / "a").mkdir(parents=True)
+    (labs / "a" / "lab.yaml").write_text("x")
+    first = labs_folder_hash.__wrapped__(str(labs))
+    (labs / "a" / "__pycache__").mkdir()
+    (labs / "a" / "__pycache__" / "problem.pyc").write_bytes(b"\0")
+    assert labs_folder_hash.__wrapped__(str(labs)) == first  # importing problem.py changes nothing
+    (labs / "a" / "problem.py").write_text("y")
+    second = labs_folder_hash.__wrapped__(str(labs))
+    assert second != first
+    (labs / "a" / "shadow").symlink_to(SHADOW)
+    assert labs_folder_hash.__wrapped__(str(labs)) != second  # named, never read
+
+
+# ------------------------------------------------------------------ the installed grader (the wheel), as students and TAs run it
+
+@pytest.fixture(scope="module")
+def wheel_repo(fresh) -> Path:
+    """A student repository released by the installed grader."""
+    grader, env, tmp = fresh
+    repo = tmp / "trust-repo"
+    if not repo.exists():
+        proc = run([str(grader), "--labs", str(ROOT / "labs"), "release", "--out", str(repo)], tmp, env)
+        assert proc.returncode == 0, proc.stderr
+    return repo
+
+
+@pytest.mark.wheel
+@pytest.mark.parametrize("command", [["grade-repo", "."], ["grade", "tiled_matmul", "labs/tiled_matmul/student.cu"]])
+def test_installed_grader_announces_and_records_the_repository_bundle(fresh, wheel_repo, command):
+    grader, env, _ = fresh
+    report = wheel_repo / f"report-{command[0]}"
+    proc = run([str(grader), *command, "--no-gpu", "-q", "--out", str(report)], wheel_repo, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    note = "[feedback only: graded with the repository's own lab files (.cuda-grader/labs), not the course's]"
+    scores = [line for line in proc.stdout.splitlines() if line.strip().startswith(("score ", "== total"))]
+    assert scores and all(line.endswith(note) for line in scores), proc.stdout
+    assert "labs: .cuda-grader/labs (the repository's student bundle: feedback only" in proc.stderr  # with -q too
+    from grader.identity import labs_folder_hash
+
+    bundle = (wheel_repo / ".cuda-grader" / "labs").resolve()
+    identity = json.loads((report / "report.json").read_text())["identity"]
+    assert (identity["labs_origin"], identity["labs_folder"]) == ("repository bundle", str(bundle))
+    assert identity["labs_hash"] == labs_folder_hash.__wrapped__(str(bundle))
+    xml = (report / "report.xml").read_text()
+    assert 'name="identity.labs_origin" value="repository bundle"' in xml
+    assert f'name="identity.labs_hash" value="{identity["labs_hash"]}"' in xml
+
+
+@pytest.mark.wheel
+def test_installed_grade_class_refuses_a_repository_bundle(fresh, wheel_repo, tmp_path):
+    grader, env, _ = fresh
+    folder = class_of(tmp_path, wheel_repo)
+    marker = tmp_path / "imported.txt"
+    plant_marker(folder / "alice", marker)
+    proc = run([str(grader), "grade-class", str(folder), "--out", str(tmp_path / "results"), "--no-gpu"], folder / "alice", env)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: grade-class grades with the course's labs, never a repository's own") and "pass --labs DIR" in line
+    assert not marker.exists() and not (tmp_path / "results").exists()
