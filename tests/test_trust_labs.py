@@ -254,7 +254,47 @@ def test_a_labs_folder_hash_sees_every_file_and_follows_no_link(tmp_path):
     assert labs_folder_hash.__wrapped__(str(labs)) != second  # named, never read
 
 
+# ------------------------------------------------------------------ lane processes grade with the parent's labs
+
+
+def test_a_lane_process_resolves_exactly_the_parents_labs(tmp_path, released, monkeypatch):
+    """The real lane (a spawned process, as the scheduler starts it, CPU only: its setup needs no
+    GPU) against the parent's --labs, with a student's bundle in the current folder."""
+    import multiprocessing
+
+    from grader import options as grading_options
+    from grader.classroom.gpus import GpuSlot
+    from grader.classroom.lanes import GpuLane
+    from grader.options import GradeOptions
+
+    course = tmp_path / "course"
+    release(ROOT / "labs", course, course=True)
+    monkeypatch.chdir(released)  # the TA's folder: inside a student's repository
+    paths.use_labs(course / "labs")  # --labs
+    parent = paths.locate_labs()
+    manager = multiprocessing.get_context("spawn").Manager()
+    lane = GpuLane(GpuSlot(0, "trust-labs-test", "no GPU", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 1.0)
+    try:
+        child = lane.pool.submit(paths.locate_labs).result(timeout=120)
+        assert child.path == course / "labs" and lane.pool.submit(paths.labs_dir).result(timeout=60) == course / "labs"
+        assert child == parent and child.origin == "--labs"
+        secret = lane.pool.submit(grading_options.run_secret).result(timeout=60)
+        assert secret == grading_options.run_secret()  # one run, one secret: every lane draws the same inputs
+    finally:
+        lane.close()
+        manager.shutdown()
+
+
 # ------------------------------------------------------------------ the installed grader (the wheel), as students and TAs run it
+
+STUB_GPU_LANES = """import sys
+from grader.classroom import gpus, run
+# the GPU probe, stubbed: one GPU lane; the lane's process itself runs as it is and finds no GPU
+run.gpu_slots = lambda options, wanted: [gpus.GpuSlot(0, "trust-labs-wheel", "Stub GPU", (9, 0))]
+from grader.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
 
 @pytest.fixture(scope="module")
 def wheel_repo(fresh) -> Path:
@@ -300,3 +340,31 @@ def test_installed_grade_class_refuses_a_repository_bundle(fresh, wheel_repo, tm
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: grade-class grades with the course's labs, never a repository's own") and "pass --labs DIR" in line
     assert not marker.exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.wheel
+def test_installed_grade_class_on_gpu_lanes_grades_with_the_labs_given(fresh, wheel_repo, tmp_path):
+    """A class through a GPU lane's own process (the GPU probe stubbed, the lane real), from the
+    wheel: each student is graded with --labs, from a neutral folder and from inside a student's
+    repository whose bundle says otherwise."""
+    grader, env, tmp = fresh
+    course = tmp / "trust-course"
+    if not course.exists():
+        assert run([str(grader), "--labs", str(ROOT / "labs"), "release", "--course", "--out", str(course)], tmp, env).returncode == 0
+    folder = class_of(tmp_path, wheel_repo)
+    alice_lab = folder / "alice" / ".cuda-grader" / "labs" / "tiled_matmul" / "lab.yaml"
+    alice_lab.write_text(alice_lab.read_text().replace("title: ", "title: ALICE'S OWN ", 1))
+    title = load_lab(course / "labs" / "tiled_matmul").title
+    python = grader.parent / "python"
+    for where in (tmp_path, folder / "alice"):
+        results = tmp_path / f"results-{where.name}"
+        proc = run([str(python), "-I", "-c", STUB_GPU_LANES, "--labs", str(course / "labs"), "grade-class", str(folder), "--out",
+                    str(results), "--lab", "tiled_matmul", "--no-sanitizers", "--no-counters", "--no-timing"], where, env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        for student in ("alice", "bob"):
+            doc = json.loads((results / "students" / student / "report.json").read_text())
+            (lab,) = doc["labs"]
+            assert lab["title"] == title, (where, student, lab["title"])  # not the bundle in the current folder
+            checks = {c["id"]: c for c in lab["checks"]}
+            assert checks["compile"]["outcome"] == "pass", (where, student, checks["compile"])  # not "no labs found"
+            assert (doc["identity"]["labs_origin"], doc["identity"]["labs_folder"]) == ("--labs", str(course / "labs"))
