@@ -60,13 +60,23 @@ def load_lab(path: Path | str) -> LabSpec:
 
 
 def load_expected(path: Path | str) -> ExpectedSolutions:
-    """Load ``labs/<id>/solutions/expected.yaml``: its files stay inside the lab (see ``lab_bound``)."""
+    """Load ``labs/<id>/solutions/expected.yaml`` (or the project's own corpus of that format):
+    its files stay inside the course repository that holds it, else inside its lab's folder. A
+    bundle never has one: release leaves the known solutions out."""
     path = Path(path)
     lab_folder = Path(os.path.abspath(path.parent.parent))
-    bound = lab_bound(lab_folder)
+    bound = _course_holding(lab_folder) or lab_bound(lab_folder)
     _not_a_link(path, lab_folder, bound)
     expected: ExpectedSolutions = _Loader(path, lab_folder, bound).build(ExpectedSolutions, _read_yaml(path), "")
     return expected
+
+
+def _course_holding(folder: Path) -> Path | None:
+    """The course repository ``folder`` is in (a folder with ``labs/`` and ``reference/``, neither a link), if any."""
+    for candidate in (folder, *folder.parents):
+        if all(candidate.joinpath(name).is_dir() and not candidate.joinpath(name).is_symlink() for name in ("labs", COURSE_REFERENCE)):
+            return candidate
+    return None
 
 
 def _not_a_link(path: Path, lab_folder: Path, bound: Path) -> None:
