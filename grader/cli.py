@@ -34,7 +34,7 @@ from .identity import Identity, completed, file_hashes, identify, single_file_ha
 from .labs import find_lab, lab_ids
 from .options import GradeOptions, Progress
 from .outcome import LabReport, fmt_points
-from .paths import BUNDLE_LABS, labs_dir, locate_labs, look_in_repo, shown, use_labs
+from .paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo, shown, use_labs
 from .repo import grade_repo, repo_labs, submission_rel
 from .report import files as report_files
 from .report import text
@@ -239,16 +239,17 @@ def cmd_grade_repo(args: argparse.Namespace) -> int:
 
 
 def _say_bundle(args: argparse.Namespace) -> None:
-    """Where the labs come from, when it is a repository's student bundle (it grades fewer checks)."""
+    """Where the labs come from, when it is a repository's own bundle: said even with -q, as every
+    score line says it, since those are the student's files and the grade is feedback only."""
     found = locate_labs()
-    if found.path is not None and found.how == "the repository's student bundle":
-        _progress(args)(f"labs: {shown(found.path)} (the repository's student bundle: checks that need the course's "
-                        "files are left to the course's runner)")
+    if found.path is not None and found.from_repository:
+        _say(f"labs: {shown(found.path)} (the repository's student bundle: feedback only, not the course's grade; "
+             "checks that need the course's files are left to the course's runner; a course grades with --labs DIR)")
 
 
 def _finish(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> int:
     _write_reports(reports, args, identity)
-    sys.stdout.write(text.terminal(reports, verbose=args.verbose))
+    sys.stdout.write(text.terminal(reports, verbose=args.verbose, identity=identity.as_dict()))
     if args.fail_under is not None:
         score = sum(r.score for r in reports)
         need = _fail_under(args.fail_under, sum(r.max_score for r in reports))
@@ -263,6 +264,7 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
         raise GraderError("grade-class: give either a folder of student repositories or --roster CSV (one of them)")
     if args.jobs is not None and args.jobs < 1:
         raise GraderError(f"--jobs: expected a positive number, got {args.jobs}")
+    course_labs("grade-class")  # before anything is read: a repository's own lab files never grade a class
     roster = load_roster(args.roster) if args.roster else roster_folder(args.class_dir)
     cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force,
                        parse_shard(args.shard) if args.shard else None, args.gpus, args.jobs,

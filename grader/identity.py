@@ -1,10 +1,12 @@
 """Whose work a report graded, with what: the identity block of every JSON report.
 
 Student, repository, commit, the sha256 of every graded file, when, the grader's version and a
-hash of its sources, each lab's version (a hash of the lab's files), the GPU, its driver and the
-sandbox. ``content_hash`` covers what decides a grade (the submitted files, the lab files, the
-grader and the options that change which checks run): a class run that finds a report with the
-same hash skips that student. ``schemas/report.schema.json`` describes the JSON.
+hash of its sources, each lab's version (a hash of the lab's files), where the labs came from
+(``--labs``, ``GRADER_LABS_DIR``, the course checkout, or the graded repository's own bundle: then
+the grade is feedback) with a hash of that folder, the GPU, its driver and the sandbox.
+``content_hash`` covers what decides a grade (the submitted files, the lab files, the grader and
+the options that change which checks run): a class run that finds a report with the same hash
+skips that student. ``schemas/report.schema.json`` describes the JSON.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import datetime
 import functools
 import hashlib
 import json
+import os
 import socket
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import __version__
+from . import __version__, paths
 from .errors import GraderError
 from .options import GradeOptions, probe_for, sandbox_for
 from .outcome import LabReport
@@ -60,6 +64,57 @@ def lab_version(spec: LabSpec) -> str:
 @functools.lru_cache(maxsize=None)
 def _files_hash(named: tuple[tuple[str, str], ...]) -> str:
     return _tree_hash((name, Path(path).read_bytes()) for name, path in named)
+
+
+#: The most of one file a labs folder's hash reads (lab files are small; a larger one is hashed by its start and size).
+LAB_FILE_LIMIT = 16 << 20
+
+
+@functools.lru_cache(maxsize=None)
+def labs_folder_hash(folder: str) -> str:
+    """A hash over every file below a labs folder, links named (never followed), Python's
+    byte-code caches left out (importing a lab's problem.py writes them)."""
+    named: list[tuple[str, bytes]] = []
+    for top, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in names:
+            path = Path(top) / name
+            rel = path.relative_to(folder).as_posix()
+            try:
+                info = os.lstat(path)
+                if stat.S_ISLNK(info.st_mode):
+                    named.append((rel, b"link -> " + os.fsencode(os.readlink(path))))
+                elif stat.S_ISREG(info.st_mode):
+                    named.append((rel, read_file(path, LAB_FILE_LIMIT, "a lab file") if info.st_size <= LAB_FILE_LIMIT
+                                  else f"{info.st_size} bytes".encode()))
+            except (GraderError, OSError) as exc:
+                named.append((rel, f"unreadable: {exc}".encode()))
+    return _tree_hash(named)
+
+
+@dataclass(frozen=True)
+class LabsUsed:
+    """Where the labs of a grading came from (see ``grader.paths``)."""
+
+    origin: str  # --labs, GRADER_LABS_DIR, course checkout, repository bundle, lab path given
+    folder: str  # the labs folder, absolute
+    hash: str  # labs_folder_hash of it
+
+    @property
+    def feedback_only(self) -> bool:
+        return self.origin == paths.REPOSITORY_BUNDLE
+
+
+def labs_used(specs: list[LabSpec], location: paths.LabsLocation | None = None) -> LabsUsed:
+    """Where ``specs`` came from: the labs folder found (``location``, default: as this process
+    finds it), or, for a lab named by its path, that lab's folder."""
+    found = location or paths.locate_labs()
+    folder = found.path.resolve() if found.path is not None else None
+    origin: str = found.origin or ""
+    if folder is None or any(not spec.root.is_relative_to(folder) for spec in specs):
+        outside = [spec.root for spec in specs if folder is None or not spec.root.is_relative_to(folder)]
+        folder, origin = (outside[0] if len(outside) == 1 else Path(os.path.commonpath(outside))), paths.LAB_PATH
+    return LabsUsed(origin, str(folder), labs_folder_hash(str(folder)))
 
 
 def file_hashes(root: Path, rels: Iterable[str]) -> dict[str, str | None]:
@@ -104,6 +159,9 @@ class Identity:
     files: Mapping[str, str | None]  # path as the student knows it -> sha256 (None: missing or refused)
     labs: Mapping[str, str]  # lab id -> lab version
     content_hash: str
+    labs_origin: str = ""  # where the labs came from (see LabsUsed); "repository bundle": the grade is feedback
+    labs_folder: str = ""
+    labs_hash: str = ""  # a hash of every file in labs_folder
     grader_version: str = __version__
     grader_source: str = field(default_factory=grader_source_hash)
     graded_at: str = ""  # ISO 8601, UTC
@@ -120,11 +178,13 @@ class Identity:
 
 def identify(specs: list[LabSpec], files: Mapping[str, str | None], options: GradeOptions, *,
              student: str | None = None, repository: Path | None = None, commit: str | None = None,
-             where: str = "") -> Identity:
-    """The identity of a grading about to run (when and where are filled in by :func:`completed`)."""
+             where: str = "", location: paths.LabsLocation | None = None) -> Identity:
+    """The identity of a grading about to run (when and where are filled in by :func:`completed`);
+    ``location``: where the labs were found (default: as this process finds them)."""
     labs = {spec.id: lab_version(spec) for spec in specs}
+    used = labs_used(specs, location)
     return Identity(student, str(repository.absolute()) if repository is not None else None, commit, dict(files), labs,
-                    content_hash(files, labs, options, where))
+                    content_hash(files, labs, options, where), used.origin, used.folder, used.hash)
 
 
 def completed(identity: Identity, reports: list[LabReport], options: GradeOptions) -> Identity:

@@ -44,7 +44,9 @@ error in it; `cuda-grader validate <id>` grades every known solution and compare
 `files.reference` is left out, and the checks marked `course_only` are skipped.
 
 - Keys without a default are required. An unknown key is an error that names the closest known key.
-- Paths are relative to the folder of the YAML file that holds them, and must exist.
+- Paths are relative to the folder of the YAML file that holds them, and must be regular files
+  inside the lab's folder (in a course repository, `labs/` beside `reference/`: inside the
+  repository), reached through no symbolic link; an absolute path or a `..` out of it is an error.
 - Expressions (shapes, scalar values, `reduction_length`, `flops`, `bytes`) are arithmetic over
   the case parameters: numbers, parameter names, `+ - * / // % **` and parentheses.
 - Check ids and case labels are unique within a lab: reports and `expected.yaml` name checks by them.

@@ -44,6 +44,17 @@ class GradeOptions:
 _RUN_SECRET = os.urandom(16).hex()
 
 
+def run_secret() -> str:
+    """This run's own secret (what ``secret_of`` falls back on): handed to the processes a run starts."""
+    return _RUN_SECRET
+
+
+def use_run_secret(secret: str) -> None:
+    """In a process the grader started (a class's lane): draw graded inputs from the parent's secret."""
+    global _RUN_SECRET
+    _RUN_SECRET = secret
+
+
 def secret_of(options: GradeOptions) -> str:
     """The secret behind graded inputs: the option, else $GRADER_SECRET, else new for this run."""
     return options.secret or os.environ.get("GRADER_SECRET") or _RUN_SECRET

@@ -123,6 +123,16 @@ def _kept_out() -> tuple[str, ...]:
     return tuple(_KEPT_OUT)
 
 
+def kept_out_now() -> tuple[str, ...]:
+    """What this process keeps out of its sandboxes now (for a process it starts: ``keep_out``)."""
+    return _kept_out()
+
+
+def keep_out(paths: Iterable[str]) -> None:
+    """Keep ``paths`` out of every sandbox for the rest of this process (a GPU lane, with its parent's)."""
+    _KEPT_OUT[:] = sorted(set(paths) | set(_KEPT_OUT))
+
+
 #: Never covered, even when a course or a class lives right there: the system itself.
 _NEVER_HIDDEN = frozenset({"/", "/usr", "/usr/local", "/opt", "/etc", "/home", "/tmp", "/var", "/srv", "/mnt"})
 

@@ -2,8 +2,8 @@
 
 ``specload`` builds them from YAML (every field is a key of the same name unless its metadata
 says ``yaml: False``); ``labdoc`` renders each field's ``doc`` metadata as the lab.yaml
-reference, labs/LAB_YAML.md. Paths in the YAML are relative to the YAML file's folder, and
-expressions (shapes, values, sizes) are arithmetic over the case parameters: numbers, parameter
+reference, labs/LAB_YAML.md. Paths in the YAML are relative to the YAML file's folder and stay
+inside the lab (``specload.lab_bound``), and expressions (shapes, values, sizes) are arithmetic over the case parameters: numbers, parameter
 names, ``+ - * / // % **`` and parentheses.
 """
 
@@ -74,7 +74,7 @@ class Launcher:
 
 @dataclass(frozen=True)
 class Files:
-    """The lab's files, each relative to lab.yaml's folder; each must exist."""
+    """The lab's files, each relative to lab.yaml's folder; each must be a regular file inside the lab."""
 
     header: Path = field(metadata={"doc": "The interface header: force-included when compiling the student's file "
                                           "and every baseline; the README quotes the launcher's declaration from it."})

@@ -1,18 +1,23 @@
 """Loading lab.yaml and expected.yaml into the records of ``spec``, and validating them.
 
 Every error names the file, the key path and the offending value; unknown keys get a
-"did you mean" suggestion. The keys a record accepts are its fields (``yaml_fields``), read in
-declaration order; ``records`` walks the same types the loader does, for the lab.yaml reference.
+"did you mean" suggestion. Every file a lab names stays inside the lab's folder (``lab_bound``):
+no absolute path, no ``..``, no symbolic link on the way, a regular file at the end, so a lab.yaml
+from a student's repository cannot make the grader read ``/etc/shadow`` into a report. The keys a
+record accepts are its fields (``yaml_fields``), read in declaration order; ``records`` walks the
+same types the loader does, for the lab.yaml reference.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
+import stat
 import types
 import typing
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator, Literal, Mapping
 
 import yaml
@@ -21,7 +26,22 @@ from .errors import SpecError
 from .spec import CounterCheck, ExpectedSolutions, LabSpec, ParamValue, SpeedCheck, scored_on_baseline, split_metrics
 from .worker import expr
 
-__all__ = ["load_lab", "load_expected", "yaml_fields", "records"]
+__all__ = ["load_lab", "load_expected", "lab_bound", "yaml_fields", "records"]
+
+#: In a course repository, the folder beside ``labs/`` that holds the reference solutions.
+COURSE_REFERENCE = "reference"
+
+
+def lab_bound(lab_folder: Path) -> Path:
+    """The folder every file a lab names must stay inside: the lab's own folder; for a lab of a
+    course repository (``<course>/labs/<lab>`` beside ``<course>/reference/``), the course
+    repository, whose ``reference/`` and ``student_template/`` its lab.yaml names. A bundle
+    (``release``) keeps every file of a lab in the lab's folder."""
+    folder = Path(os.path.abspath(lab_folder))
+    course = folder.parent.parent
+    if folder.parent.name == "labs" and not course.joinpath(COURSE_REFERENCE).is_symlink() and course.joinpath(COURSE_REFERENCE).is_dir():
+        return course
+    return folder
 
 
 def load_lab(path: Path | str) -> LabSpec:
@@ -29,17 +49,49 @@ def load_lab(path: Path | str) -> LabSpec:
     path = Path(path)
     if path.is_dir():
         path = path / "lab.yaml"
+    lab_folder = Path(os.path.abspath(path.parent))
+    bound = lab_bound(lab_folder)
+    _not_a_link(path, lab_folder, bound)
     data = _read_yaml(path)
-    spec: LabSpec = _Loader(path).build(LabSpec, data, "")
+    spec: LabSpec = _Loader(path, lab_folder, bound).build(LabSpec, data, "")
     spec = dataclasses.replace(spec, root=path.parent.resolve(), source=path)
     _validate_lab(spec, path)
     return spec
 
 
 def load_expected(path: Path | str) -> ExpectedSolutions:
+    """Load ``labs/<id>/solutions/expected.yaml`` (or the project's own corpus of that format):
+    its files stay inside the course repository that holds it, else inside its lab's folder. A
+    bundle never has one: release leaves the known solutions out."""
     path = Path(path)
-    expected: ExpectedSolutions = _Loader(path).build(ExpectedSolutions, _read_yaml(path), "")
+    lab_folder = Path(os.path.abspath(path.parent.parent))
+    bound = _course_holding(lab_folder) or lab_bound(lab_folder)
+    _not_a_link(path, lab_folder, bound)
+    expected: ExpectedSolutions = _Loader(path, lab_folder, bound).build(ExpectedSolutions, _read_yaml(path), "")
     return expected
+
+
+def _course_holding(folder: Path) -> Path | None:
+    """The course repository ``folder`` is in (a folder with ``labs/`` and ``reference/``, neither a link), if any."""
+    for candidate in (folder, *folder.parents):
+        if all(candidate.joinpath(name).is_dir() and not candidate.joinpath(name).is_symlink() for name in ("labs", COURSE_REFERENCE)):
+            return candidate
+    return None
+
+
+def _not_a_link(path: Path, lab_folder: Path, bound: Path) -> None:
+    """A lab's YAML file and the folders from ``bound`` down to it (the lab's folder included) must
+    be themselves, not links: a link would let a repository's bundle stand in for another folder."""
+    here = Path(os.path.abspath(path))
+    start = bound if bound != lab_folder else lab_folder.parent
+    if not here.is_relative_to(start):
+        start = here.parent
+    current = start
+    for part in here.relative_to(start).parts:
+        current = current / part
+        if current.is_symlink():
+            raise SpecError(f"is reached through a symbolic link ({current}): a lab's files must be the files themselves",
+                            path=path)
 
 
 def yaml_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
@@ -108,9 +160,11 @@ def _describe(value: Any) -> str:
 
 
 class _Loader:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, lab_folder: Path, bound: Path):
         self.path = path
-        self.base = path.parent
+        self.base = Path(os.path.abspath(path.parent))
+        self.bound = bound
+        self.course = bound != lab_folder  # a lab of a course repository: its files may be anywhere in it
 
     def fail(self, key: str, message: str) -> SpecError:
         return SpecError(message, path=self.path, key=key or "(top level)")
@@ -165,12 +219,7 @@ class _Loader:
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             return self.build(tp, value, key)
         if tp is Path:
-            if not isinstance(value, str) or not value:
-                raise self.fail(key, f"expected a file path, got {_describe(value)}")
-            resolved = (self.base / value).resolve()
-            if not resolved.exists():
-                raise self.fail(key, f"file not found: {value!r} (looked for {resolved})")
-            return resolved
+            return self.lab_file(value, key)
         if tp is bool:
             if not isinstance(value, bool):
                 raise self.fail(key, f"expected true or false, got {_describe(value)}")
@@ -190,6 +239,37 @@ class _Loader:
                 raise self.fail(key, f"expected text, got {_describe(value)}")
             return value
         raise TypeError(f"unsupported field type {tp!r}")  # a bug in the records, not in the YAML
+
+    def lab_file(self, value: Any, key: str) -> Path:
+        """A file the lab names: relative, inside ``bound``, reached through no link, a regular file."""
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a file path, got {_describe(value)}")
+        inside = "the course repository" if self.course else "the lab's folder"
+        rel = PurePosixPath(value)
+        if rel.is_absolute():
+            raise self.fail(key, f"{value!r} is an absolute path: name the file relative to the lab.yaml, inside {inside} ({self.bound})")
+        if ".." in rel.parts and not self.course:
+            raise self.fail(key, f"{value!r} goes up a folder ('..'): a lab's files must stay inside its folder ({self.bound})")
+        target = Path(os.path.normpath(self.base / rel))
+        if not target.is_relative_to(self.bound) or target == self.bound:
+            raise self.fail(key, f"{value!r} is outside {inside} ({self.bound}): a lab's files must stay inside it")
+        current, info = self.bound, None
+        for part in target.relative_to(self.bound).parts:
+            current = current / part
+            try:
+                info = os.lstat(current)
+            except FileNotFoundError:
+                raise self.fail(key, f"file not found: {value!r} (looked for {target})") from None
+            except OSError as exc:
+                raise self.fail(key, f"cannot read {value!r} ({current}): {exc.strerror or exc}") from None
+            if stat.S_ISLNK(info.st_mode):
+                raise self.fail(key, f"{value!r} goes through a symbolic link ({current}): a lab's files must be the files themselves")
+        if info is None or not stat.S_ISREG(info.st_mode):
+            raise self.fail(key, f"{value!r} is not a regular file ({target})")
+        resolved = target.resolve()
+        if not resolved.is_relative_to(self.bound.resolve()):  # the lexical check and lstat agree; the kernel has the last word
+            raise self.fail(key, f"{value!r} is outside {inside} ({self.bound}): a lab's files must stay inside it")
+        return resolved
 
 
 def _join(key: str, name: str) -> str:

@@ -2,6 +2,10 @@
 own that sees only that GPU (``CUDA_VISIBLE_DEVICES``), holds the GPU's lock while it grades and
 asks the health gate before each timing; without a GPU, CPU lanes (threads) grade the checks that
 need none. A lane whose process dies records that student's failure and starts afresh.
+
+A lane's process grades with what its parent resolved (``grader.inherit``): the labs folder the
+parent found (``--labs`` among them) and its run secret, handed to the process's initializer, never
+found again from the lane's own defaults; its options travel with each job.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
+from .. import inherit
 from ..labs import find_lab
 from ..options import GradeOptions
 from ..rehearsal import rehearse_timings
@@ -55,7 +60,8 @@ class ThreadLane(Lane):
 _LANE: dict[str, Any] = {}
 
 
-def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float) -> None:
+def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inherit.Inherited) -> None:
+    inherit.adopt(inherited)
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
     folder = gpulock.gpu_folder(slot.key)
@@ -89,7 +95,7 @@ def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> Stud
         outbox.put((slot.lane, sid, message))
 
     try:
-        with gpulock.gpu_lock(_LANE["folder"]) as waited:
+        with gpulock.gpu_lock(_LANE["folder"], what=f"grading {sid}", notify=progress) as waited:
             if waited > 1:
                 progress(f"waited {waited:.0f} s for another grader on this GPU")
             return grade_student(job, options, progress, _LANE["gate"], visibility, slot.lane)
@@ -113,9 +119,10 @@ def _lane_rehearse(labs: tuple[str, ...], options: GradeOptions) -> None:
 
 class GpuLane(Lane):
     def __init__(self, slot: GpuSlot, options: GradeOptions, queue: Any, visibility: str, health_wait_s: float,
-                 labs: tuple[str, ...] = ()) -> None:
+                 labs: tuple[str, ...] = (), inherited: inherit.Inherited | None = None) -> None:
         self.slot, self.options, self.queue, self.visibility = slot, options, queue, visibility
         self.health_wait_s = health_wait_s
+        self.inherited = inherited or inherit.capture()  # in this (the parent's) process
         self.name = slot.lane
         self.pool = self._start()
         # the lane's process starts now and readies its GPU while the first student is compiled
@@ -123,7 +130,7 @@ class GpuLane(Lane):
 
     def _start(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_lane_setup, initargs=(self.slot, self.queue, self.health_wait_s))
+                                   initializer=_lane_setup, initargs=(self.slot, self.queue, self.health_wait_s, self.inherited))
 
     def _rehearsed(self) -> None:
         """Wait for the rehearsal, which only speeds students up: a lane process it took down is

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import gitinfo
+from .. import gitinfo, paths
 from ..identity import Identity, file_hashes, identify
 from ..options import GradeOptions
 from ..repo import submission_rel
@@ -73,14 +73,15 @@ def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | No
 
 
 def plan_student(student: Student, specs: list[LabSpec], options: GradeOptions, out: Path, scratch: Path,
-                 where: str = "") -> StudentJob:
+                 where: str = "", labs: paths.LabsLocation | None = None) -> StudentJob:
     rels = [submission_rel(spec.id) for spec in specs]
     try:
         root, commit, failure = _locate(student, rels, scratch)
     except OSError as exc:  # an unreadable folder: that student's problem, not the class's
         root, commit, failure = None, None, f"cannot read {student.path}: {exc.strerror or exc}"
     files = file_hashes(root, rels) if root is not None else {rel: None for rel in rels}
-    identity = identify(specs, files, options, student=student.id, repository=student.path, commit=commit, where=where)
+    identity = identify(specs, files, options, student=student.id, repository=student.path, commit=commit, where=where,
+                        location=labs)
     return StudentJob(student, tuple(s.id for s in specs), root, failure, identity, student_folder(out, student.id))
 
 

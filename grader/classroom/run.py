@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, paths
 from .. import sandbox as sandboxing
 from ..identity import grader_source_hash, lab_version, options_key
 from ..labs import find_lab, lab_ids
@@ -73,6 +73,9 @@ def manifest_for(specs: list[LabSpec], roster: list[Student], graded: list[str],
 
 
 def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions, display: Display) -> ClassRun:
+    """Grade the class with the course's labs (an input error when the only labs found are a
+    repository's own bundle: see ``paths.course_labs``)."""
+    labs = paths.course_labs("grade-class")
     specs = [find_lab(lab_id) for lab_id in (cls.labs or tuple(lab_ids()))]
     chosen = cls.shard.select([s.id for s in roster]) if cls.shard else {s.id for s in roster}
     students = [s for s in roster if s.id in chosen]
@@ -84,7 +87,7 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
     plan.recover(cls.out)
     scratch = Path(tempfile.mkdtemp(prefix="grade-class-"))
     try:
-        jobs = [plan.plan_student(s, specs, options, cls.out, scratch, where) for s in students]
+        jobs = [plan.plan_student(s, specs, options, cls.out, scratch, where, labs) for s in students]
         current = {j.student.id for j in jobs if not cls.force and plan.is_done(j)}
         todo = [j for j in jobs if j.student.id not in current]
         skipped = tuple(j.student.id for j in jobs if j.student.id in current)

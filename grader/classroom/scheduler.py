@@ -11,6 +11,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from .. import inherit
 from ..options import GradeOptions
 from .gpus import GpuSlot
 from .lanes import GpuLane, Lane, ThreadLane
@@ -53,7 +54,8 @@ class Scheduler:
             # an event (a student's code took it down) cannot leave a lock taken for the next one
             self._manager = multiprocessing.get_context("spawn").Manager()
             self._events = self._manager.Queue()
-            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, labs)
+            inherited = inherit.capture()  # every lane grades with the labs and secret this process resolved
+            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, labs, inherited)
                     for slot in self.slots]
         return [ThreadLane(f"cpu{k}", self.options, self.display.lane, self.visibility) for k in range(self.jobs)]
 

@@ -7,6 +7,7 @@ import sys
 from typing import Any, Iterable, Mapping, TextIO
 
 from ..outcome import LabReport, Outcome, fmt_points
+from ..paths import BUNDLE_LABS, REPOSITORY_BUNDLE
 from ..textutil import (
     cap_lines,
     clean,
@@ -28,11 +29,18 @@ def _use_color(stream: TextIO) -> bool:
     return hasattr(stream, "isatty") and stream.isatty() and not os.environ.get("NO_COLOR")
 
 
-def score_line(r: LabReport) -> str:
+def score_line(r: LabReport, note: str = "") -> str:
     line = f"score {fmt_points(r.score)}/{fmt_points(r.max_score)}"
     if r.skipped_points:
         line += f" ({_not_here(r.skipped_points, r.course_only_points)})"
-    return line
+    return f"{line} {note}" if note else line
+
+
+def feedback_note(identity: Mapping[str, Any] | None) -> str:
+    """What every score line of a grading with the repository's own lab files says ("" otherwise)."""
+    if not identity or identity.get("labs_origin") != REPOSITORY_BUNDLE:
+        return ""
+    return f"[feedback only: graded with the repository's own lab files ({BUNDLE_LABS}), not the course's]"
 
 
 def _not_here(skipped: float, course_only: float) -> str:
@@ -42,8 +50,12 @@ def _not_here(skipped: float, course_only: float) -> str:
     return text
 
 
-def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose: bool = False) -> str:
+def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose: bool = False,
+             identity: Mapping[str, Any] | None = None) -> str:
+    """The summary for a terminal; with the grading's ``identity``, every score line says when the
+    labs were the repository's own (the grade is then feedback)."""
     reports = list(reports)
+    note = feedback_note(identity)
     stream = stream or sys.stdout
     color = _use_color(stream)
     out: list[str] = []
@@ -74,12 +86,13 @@ def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose
             out.append(f"  skipped {len(skipped)} checks: " + "; ".join(reasons))
         if r.environment.get("sandbox"):
             out.append(f"  sandbox: {clean_line(str(r.environment['sandbox']))}")
-        out.append(f"  {score_line(r)}")
+        out.append(f"  {score_line(r, note)}")
     if len(reports) > 1:
         total, total_max = sum(r.score for r in reports), sum(r.max_score for r in reports)
         not_here = sum(r.skipped_points for r in reports)
-        note = f" ({_not_here(not_here, sum(r.course_only_points for r in reports))})" if not_here else ""
-        out.append(f"== total over {len(reports)} labs: {fmt_points(total)}/{fmt_points(total_max)}{note}")
+        not_here_note = f" ({_not_here(not_here, sum(r.course_only_points for r in reports))})" if not_here else ""
+        out.append(f"== total over {len(reports)} labs: {fmt_points(total)}/{fmt_points(total_max)}{not_here_note}"
+                   + (f" {note}" if note else ""))
     # Student text is in many of these lines: none may become a GitHub workflow command.
     return neutralize_commands("\n".join(out) + "\n")
 
@@ -106,6 +119,8 @@ def identity_line(identity: Mapping[str, Any]) -> str:
     if identity.get("grader_version"):
         source = str(identity.get("grader_source") or "")[:12]
         parts.append(f"grader {identity['grader_version']}" + (f" ({source})" if source else ""))
+    if identity.get("labs_origin"):
+        parts.append(f"labs from the {identity['labs_origin']} ({str(identity.get('labs_hash') or '')[:12]})")
     return ", ".join(parts)
 
 
@@ -113,12 +128,15 @@ def markdown(reports: list[LabReport], identity: Mapping[str, Any] | None = None
     total = sum(r.score for r in reports)
     total_max = sum(r.max_score for r in reports)
     lines = [f"# CUDA lab grade: {fmt_points(total)}/{fmt_points(total_max)}", ""]
+    note = feedback_note(identity)
+    if note:
+        lines += [f"**{_cell(note)}**", ""]
     who = identity_line(identity or {})
     if who:
         lines += [f"<sub>{_cell(who)}</sub>", ""]
     icon = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.ERROR: "💥", Outcome.SKIPPED: "⏭️"}
     for r in reports:
-        lines += [f"## {r.lab}: {r.title}", "", f"{markdown_code(one_line(r.submission))}: **{score_line(r)}**", ""]
+        lines += [f"## {r.lab}: {r.title}", "", f"{markdown_code(one_line(r.submission))}: **{score_line(r, _cell(note) if note else '')}**", ""]
         lines += ["| | Check | Points | Result |", "|---|---|---|---|"]
         for c in r.checks:
             lines.append(f"| {icon[c.outcome]} | `{c.id}` | {fmt_points(c.points)}/{fmt_points(c.max_points)} | {_message(c.message)} |")
