@@ -189,6 +189,7 @@ def test_a_lab_with_compiled_code_checks_and_no_counter_checks_profiles_a_case_f
     assert not spec.counters and extra is not None
     last = spec.correctness.cases[-1]
     assert (dict(extra.params), extra.seed, extra.metric) == (dict(last.params), last.seed, launched.LIST_METRIC)
+    assert extra.time_limit_s >= 60, "a profiler run pays for ncu's start and may wait for the GPU"
     assert [c.id for c in launched.profiles_for(spec).checks] == [launched.LIST_CHECK_ID]
     counted = find_lab("tiled_matmul")
     assert launched.list_check(counted) is None and launched.profiles_for(counted).checks == counted.counters
