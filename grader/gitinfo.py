@@ -19,6 +19,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .safeio import kind_of
+
 GIT_TIMEOUT_S = 60.0
 #: What a roster's ``commit`` may be: a hash, a tag or a branch name (never an option).
 REV_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/@{}^~-]{0,199}$")
@@ -30,18 +32,6 @@ WALKED = ("refs", "logs", "objects", "info")
 BORROWING = ("commondir", "objects/info/alternates", "objects/info/http-alternates")
 #: The most entries of ``.git`` checked; a larger one is refused (a lab repository is far smaller).
 MAX_ENTRIES = 200_000
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
 
 
 def repository_problem(repo: Path) -> str:
@@ -59,7 +49,7 @@ def repository_problem(repo: Path) -> str:
         return (f"{dot_git} is a file (a 'gitdir:' pointer to a repository elsewhere): a student's history must be "
                 "their own .git folder")
     if not stat.S_ISDIR(mode):
-        return f"{dot_git} is {_kind(mode)}, not a folder: a student's history must be their own .git folder"
+        return f"{dot_git} is {kind_of(mode)}, not a folder: a student's history must be their own .git folder"
     for name in BORROWING:
         if os.path.lexists(dot_git / name):
             return f"{dot_git / name} exists: the repository borrows another repository's history"
@@ -83,7 +73,7 @@ def repository_problem(repo: Path) -> str:
                 if folder != dot_git or entry.name in WALKED:
                     stack.append(Path(entry.path))
             elif not stat.S_ISREG(mode):
-                return f"{entry.path} is {_kind(mode)}: git's files must be regular files"
+                return f"{entry.path} is {kind_of(mode)}: git's files must be regular files"
     return ""
 
 

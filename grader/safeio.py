@@ -29,7 +29,8 @@ class UnsafeFile(GraderError):
     """A file the grader refuses to read: a link, not a regular file, or too large."""
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` is, in words, when it is not the regular file wanted."""
     if stat.S_ISLNK(mode):
         return "a symbolic link"
     if stat.S_ISDIR(mode):
@@ -44,7 +45,7 @@ def _kind(mode: int) -> str:
 
 
 def _refusal(path: Path | str, mode: int, what: str) -> UnsafeFile:
-    kind = _kind(mode)
+    kind = kind_of(mode)
     if stat.S_ISLNK(mode):
         return UnsafeFile(f"is a symbolic link: {what} must be the file itself (links are not followed)", path=path)
     if stat.S_ISDIR(mode):
@@ -115,7 +116,7 @@ def _open_beneath(base: Path, rel: str | Path, display: str, limit: int, what: s
             if last:
                 _check(info, limit, display, what)
             elif not stat.S_ISDIR(info.st_mode):
-                raise UnsafeFile(f"its folder {part!r} is {_kind(info.st_mode)}, not a folder inside {base}", path=display)
+                raise UnsafeFile(f"its folder {part!r} is {kind_of(info.st_mode)}, not a folder inside {base}", path=display)
             nxt = os.open(part, _OPEN_FLAGS if last else _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nxt

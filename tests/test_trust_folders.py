@@ -135,7 +135,7 @@ def test_a_fifo_among_gits_files_is_refused_at_once(tmp_path, monkeypatch, where
     job = plan.plan_student(roster.Student("piped", repo, commit), [], GradeOptions(gpu=False), tmp_path / "out",
                             tmp_path / "scratch")
     assert time.monotonic() - started < 1.0
-    assert job.root is None and job.failure == f"{fifo} is a FIFO: git's files must be regular files", job.failure
+    assert job.root is None and job.failure == f"{fifo} is a FIFO (named pipe): git's files must be regular files", job.failure
 
 
 # ------------------------------------------------------------------ sandbox attacks, as root and as a user

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import test_bundle
 import test_wheel
 
 from grader import paths, sandbox
@@ -27,21 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SHADOW = "/etc/shadow"
 #: The wheel installed into a fresh virtual environment (test_wheel's fixture), and how to run it.
 fresh, run = test_wheel.fresh, test_wheel.run
-
-
-@pytest.fixture(autouse=True)
-def _no_lab_settings(monkeypatch, tmp_path):
-    monkeypatch.delenv("GRADER_LABS_DIR", raising=False)
-    monkeypatch.setenv("GRADER_LOG", str(tmp_path / "internal-errors.log"))
-    monkeypatch.setattr(paths, "_chosen", None)
-    monkeypatch.setattr(paths, "_repo", None)
-
-
-@pytest.fixture(scope="module")
-def released(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("released") / "repo"
-    release(ROOT / "labs", out)
-    return out
+#: No lab settings from the environment (autouse), and a student repository as released (test_bundle's).
+_no_lab_settings, released = test_bundle._no_lab_settings, test_bundle.released
 
 
 @pytest.fixture

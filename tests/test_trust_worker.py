@@ -21,7 +21,7 @@ from grader.correctness import failure_from_task
 from grader.counters import NO_KERNEL, CounterRun
 from grader.labs import find_lab
 from grader.outcome import Outcome, Stage
-from grader.runner import INTERFERED, Isolation, RunDirs, WorkerSession
+from grader.runner import INTERFERED, Isolation, RunDirs, TaskResult, WorkerSession
 from grader.sandbox import Sandbox
 from grader.worker.protocol import LauncherSpec, Status, Task, case_task, marked_tasks, timing_sample
 
@@ -98,62 +98,49 @@ for line in os.fdopen(int(os.environ["GRADER_TASK_FD"])):
 """
 
 
-def _session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, trusted: bool = False) -> WorkerSession:
+def _one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, trusted: bool = False) -> tuple[TaskResult, bool]:
+    """One case run by the stand-in that answers ``reply``: the result, and whether the worker was ended."""
     monkeypatch.setattr(runner, "worker_command", lambda *args: [sys.executable, "-I", "-c", STAND_IN, reply])
-    return WorkerSession(RunDirs(tmp_path / "in", tmp_path / "out"), Isolation(Sandbox(None, ""), trusted=trusted))
+    session = WorkerSession(RunDirs(tmp_path / "in", tmp_path / "out"), Isolation(Sandbox(None, ""), trusted=trusted))
+    try:
+        result = session.run(_case(), 30)
+        return result, session.proc is None
+    finally:
+        session.close()
+
+
+FORGED = json.dumps({"status": "ok", "seconds": 0.0, "outputs": ["P.npy"], "kernels_launched": []})
 
 
 def test_a_forged_reply_is_a_verdict_against_the_submission_and_ends_the_worker(tmp_path, monkeypatch):
-    forged = json.dumps({"status": "ok", "seconds": 0.0, "outputs": ["P.npy"], "kernels_launched": []})
-    session = _session(tmp_path, monkeypatch, forged)
-    try:
-        result = session.run(_case(), 30)
-        assert result.status == Status.INTERFERED.value and session.proc is None
-        assert result.reason == f"{INTERFERED} (outputs not a mapping)"
-        check = failure_from_task(result, "correctness[width=16]", Stage.CORRECTNESS, 2)
-        assert check.outcome is Outcome.ERROR and check.message.startswith(INTERFERED)
-        assert "internal grader error" not in check.message
-    finally:
-        session.close()
+    result, ended = _one_case(tmp_path, monkeypatch, FORGED)
+    assert result.status == Status.INTERFERED.value and ended
+    assert result.reason == f"{INTERFERED} (outputs not a mapping)"
+    check = failure_from_task(result, "correctness[width=16]", Stage.CORRECTNESS, 2)
+    assert check.outcome is Outcome.ERROR and check.message.startswith(INTERFERED)
+    assert "internal grader error" not in check.message
 
 
 def test_the_same_reply_from_the_grader_s_own_worker_is_the_grader_s_error(tmp_path, monkeypatch):
-    forged = json.dumps({"status": "ok", "seconds": 0.0, "outputs": ["P.npy"], "kernels_launched": []})
-    session = _session(tmp_path, monkeypatch, forged, trusted=True)
-    try:
-        result = session.run(_case(), 30)
-        assert result.status == Status.WORKER_ERROR.value and "malformed reply: outputs not a mapping" in result.reason
-    finally:
-        session.close()
+    result, _ = _one_case(tmp_path, monkeypatch, FORGED, trusted=True)
+    assert result.status == Status.WORKER_ERROR.value and "malformed reply: outputs not a mapping" in result.reason
 
 
 def test_a_worker_error_once_student_code_is_loaded_is_the_submission_s(tmp_path, monkeypatch):
     said = json.dumps({"status": "worker_error", "error": "Traceback (most recent call last):\n  ...\nKeyError: 'P'"})
-    session = _session(tmp_path, monkeypatch, said)
-    try:
-        result = session.run(_case(), 30)
-        assert result.status == Status.INTERFERED.value
-        assert result.reason == f"{INTERFERED} (its own code failed (KeyError: 'P'))"
-    finally:
-        session.close()
+    result, _ = _one_case(tmp_path, monkeypatch, said)
+    assert result.status == Status.INTERFERED.value
+    assert result.reason == f"{INTERFERED} (its own code failed (KeyError: 'P'))"
 
 
 def test_a_reply_without_an_end_is_cut_off_at_its_limit(tmp_path, monkeypatch):
-    session = _session(tmp_path, monkeypatch, "FLOOD")
-    try:
-        result = session.run(_case(), 30)
-        assert result.status == Status.INTERFERED.value and "a reply of more than 1 MiB" in result.reason
-    finally:
-        session.close()
+    result, _ = _one_case(tmp_path, monkeypatch, "FLOOD")
+    assert result.status == Status.INTERFERED.value and "a reply of more than 1 MiB" in result.reason
 
 
 def test_a_forged_exit_report_with_a_code_that_is_not_a_number_is_an_exit_not_a_crash_of_the_grader(tmp_path, monkeypatch):
-    session = _session(tmp_path, monkeypatch, json.dumps({"status": "exited", "code": "zero"}))
-    try:
-        result = session.run(_case(), 30)
-        assert result.status == "exited" and "status 9" in result.reason, result
-    finally:
-        session.close()
+    result, _ = _one_case(tmp_path, monkeypatch, json.dumps({"status": "exited", "code": "zero"}))
+    assert result.status == "exited" and "status 9" in result.reason, result
 
 
 def test_a_tool_run_s_result_file_of_the_wrong_shape_is_the_submission_s(tmp_path):
