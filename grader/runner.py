@@ -137,7 +137,8 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _last_line(text: object) -> str:
+def last_line(text: object) -> str:
+    """The last line of a worker's error text, cleaned and cut short, for a one-line message."""
     lines = str(text or "").strip().splitlines()
     return clean(lines[-1])[:LINE_CHARS] if lines else "no reason given"
 
@@ -317,7 +318,7 @@ class WorkerSession:
                 return TaskResult(status, {}, reason, self.log_tail(), seconds)
             wrong = replies.problem(task, msg) if status != Status.INTERFERED.value else str(data.get("error", ""))
             if wrong or (status == Status.WORKER_ERROR.value and not self.isolation.trusted):
-                return self._interfered(wrong or f"its own code failed ({_last_line(data.get('error'))})", seconds)
+                return self._interfered(wrong or f"its own code failed ({last_line(data.get('error'))})", seconds)
             reason = data.get("error", "") if status != "ok" else ""
             if (status == "cuda_error" and data.get("sticky")) or status == "out_of_memory":
                 self._reap(10.0)  # it is ending: the next task gets a fresh worker, its memory released

@@ -13,7 +13,7 @@ from typing import Any
 from . import replies
 from .errors import GraderError
 from .procgroup import Stop, run_capped
-from .runner import INTERFERED, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, Isolation, RunDirs, describe_exit, worker_command
+from .runner import INTERFERED, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, Isolation, RunDirs, describe_exit, last_line, worker_command
 from .safeio import read_beneath, write_private
 from .textutil import CappedOutput, clean
 from .worker.protocol import Status, Task
@@ -76,7 +76,8 @@ def run_under_tool(
                           pass_fds=(log_w, *fds), pipes={log_r: log}, stop=stop)
     finally:
         os.close(log_r)
-    return ToolRun(code, clean(log.text()), clean(console.text()), _read_result(dirs.outbox), time.monotonic() - started)
+    return ToolRun(code, clean(log.text()), clean(console.text()), _read_result(dirs.outbox, isolation.trusted),
+                   time.monotonic() - started)
 
 
 def _job(task: Task | int, dirs: RunDirs) -> tuple[list[str], tuple[int, ...], tuple[Path, ...]]:
@@ -90,14 +91,23 @@ def _job(task: Task | int, dirs: RunDirs) -> tuple[list[str], tuple[int, ...], t
     return ["--job", str(dirs.inbox / "job.json")], (), inputs
 
 
-def _read_result(outbox: Path) -> dict[str, Any] | None:
-    """The worker's result, if it wrote one: written where the student's code runs, so one of the
-    wrong shape is the student's doing, reported as such."""
+def _read_result(outbox: Path, trusted: bool = False) -> dict[str, Any] | None:
+    """The worker's result, if it wrote one. Unless the worker ran only the grader's code, it was
+    written where the student's code runs: one of the wrong shape, or one that reports a failure
+    of the worker's own code, is the student's doing and reported as such."""
     try:
         data = json.loads(read_beneath(outbox, "result.json", RESULT_LIMIT_BYTES))
     except (OSError, ValueError, GraderError):  # missing, unreadable, a link, too large
         return None
     if not isinstance(data, dict):
-        return {"status": Status.INTERFERED.value, "error": f"{INTERFERED} (a result that is not a JSON object)"}
-    wrong = replies.result_problem(data)
-    return {"status": Status.INTERFERED.value, "error": f"{INTERFERED} ({wrong})"} if wrong else data
+        wrong = "a result that is not a JSON object"
+    else:
+        wrong = replies.result_problem(data)
+        failed = [r for r in (data, *(data.get("results") or [])) if isinstance(r, dict) and r.get("status") == Status.WORKER_ERROR.value]
+        if not wrong and failed and not trusted:
+            wrong = f"its own code failed ({last_line(failed[0].get('error'))})"
+    if not wrong:
+        return data  # type: ignore[no-any-return]
+    if trusted:
+        return {"status": Status.WORKER_ERROR.value, "error": f"the grader's worker wrote a malformed result: {wrong}"}
+    return {"status": Status.INTERFERED.value, "error": f"{INTERFERED} ({wrong})"}

@@ -155,6 +155,17 @@ def test_a_tool_run_s_result_file_of_the_wrong_shape_is_the_submission_s(tmp_pat
     assert toolrun._read_result(tmp_path) == fine
 
 
+def test_a_tool_run_whose_worker_reports_its_own_failure_is_the_submission_s_unless_the_worker_was_the_grader_s(tmp_path):
+    broke = {"status": "worker_error", "error": "Traceback ...\nAttributeError: 'list' object has no attribute 'items'"}
+    failed = {"status": "ok", "results": [{"status": "ok", "seconds": 0.1, "kernels_launched": []}, broke]}
+    (tmp_path / "result.json").write_text(json.dumps(failed))
+    assert toolrun._read_result(tmp_path) == {
+        "status": "interfered", "error": f"{INTERFERED} (its own code failed (AttributeError: 'list' object has no attribute 'items'))"}
+    assert toolrun._read_result(tmp_path, trusted=True) == failed  # the baselines' own run: the grader's error, as it says
+    (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": "all fine"}))
+    assert toolrun._read_result(tmp_path, trusted=True)["status"] == "worker_error"
+
+
 # ------------------------------------------------------------------ what ran: the profiler's record
 
 
