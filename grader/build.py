@@ -20,7 +20,7 @@ from . import toolchain
 from .cachedirs import default_cache_dir
 from .errors import GraderError
 from .flock import wait_exclusive
-from .hostdirs import HostStateError, check_file, check_private_dir, private_dir, read_private
+from .hostdirs import check_private_dir, open_private, private_dir, read_private
 from .outcome import KernelResources, SourceLocation
 from .procgroup import run_capped
 from .safeio import SOURCE_LIMIT_BYTES, read_file
@@ -209,16 +209,8 @@ def _cached(final: Path, display: str, source: Path, started: float) -> BuildRes
 
 def _check_library(lib: Path) -> None:
     """Refuse a cached shared object that is not a regular file of this user's."""
-    try:
-        fd = os.open(lib, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise HostStateError(f"a cached shared object cannot be opened ({exc.strerror}): it may be a symbolic link "
-                             f"someone put there; remove its folder (rm -rf '{lib.parent}')", path=lib) from None
-    try:
-        check_file(fd, lib, "a cached shared object")
-    finally:
+    fd = open_private(lib, "a cached shared object", remove=lib.parent)
+    if fd is not None:
         os.close(fd)
 
 

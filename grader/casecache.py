@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .hostdirs import HostStateError, check_file, check_private_dir, private_dir
+from .hostdirs import check_private_dir, open_private, private_dir
 from .identity import lab_version
 from .spec import LabSpec
 
@@ -93,16 +93,11 @@ def _cached(cache_dir: Path | None, key: str, compute: Callable[[], Arrays]) -> 
 def _load(path: Path) -> Arrays | None:
     """The entry at ``path``: None where there is none, or it is cut short or not an archive.
     Its folder and the file itself must be this user's (a link, another user's file: refused)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+    fd = open_private(path, "a cached case")
+    if fd is None:
         return None
-    except OSError as exc:
-        raise HostStateError(f"a cached case cannot be opened ({exc.strerror}): it may be a symbolic link someone put "
-                             f"there; remove it (rm -f '{path}')", path=path) from None
     with os.fdopen(fd, "rb") as stream:
         check_private_dir(path.parent, "the case cache")
-        check_file(fd, path, "a cached case")
         try:
             with np.load(stream, allow_pickle=False) as data:
                 return {name: data[name] for name in data.files}

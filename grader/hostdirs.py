@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .errors import GraderError
 
-__all__ = ["HostStateError", "check_file", "check_private_dir", "private_dir", "read_private", "user_name",
-           "write_private"]
+__all__ = ["HostStateError", "check_file", "check_private_dir", "open_private", "private_dir", "read_private",
+           "user_name", "write_private"]
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 
@@ -96,9 +96,10 @@ def check_file(fd: int, path: Path, what: str) -> None:
                              f"remove it (rm -rf '{path}') and check who can write its folder", path=path)
 
 
-def read_private(path: Path, limit: int, what: str) -> bytes | None:
-    """The bytes of ``path`` (None if there is none), opened without following a symbolic link
-    and checked by :func:`check_file`; at most ``limit`` bytes."""
+def open_private(path: Path, what: str, remove: Path | None = None) -> int | None:
+    """``path`` opened read-only without following a symbolic link and checked by
+    :func:`check_file` (None if there is none); the caller closes it. ``remove``: what a refusal
+    tells the user to remove (default: ``path``)."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags)
@@ -106,9 +107,21 @@ def read_private(path: Path, limit: int, what: str) -> bytes | None:
         return None
     except OSError as exc:
         raise HostStateError(f"{what} cannot be opened ({exc.strerror}): it may be a symbolic link someone put "
-                             f"there; remove it (rm -rf '{path}')", path=path) from None
+                             f"there; remove it (rm -rf '{remove or path}')", path=path) from None
     try:
-        check_file(fd, path, what)
+        check_file(fd, remove or path, what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_private(path: Path, limit: int, what: str) -> bytes | None:
+    """The bytes of ``path`` (None if there is none), opened by :func:`open_private`; at most ``limit`` bytes."""
+    fd = open_private(path, what)
+    if fd is None:
+        return None
+    try:
         chunks, left = [], limit
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))

@@ -35,6 +35,7 @@ import filelock
 from .cachedirs import user_cache_dir
 from .errors import GraderError
 from .hostdirs import HostStateError, check_private_dir, private_dir, user_name
+from .safeio import kind_of
 
 __all__ = ["LOCK_DIR_ENV", "Holder", "LockPlace", "LockTimeout", "hold", "holder_of", "lock_place"]
 
@@ -122,7 +123,7 @@ def _check_lock_file(path: Path) -> None:
 
 
 def _kind(info: os.stat_result) -> str:
-    return ("a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file" if not stat.S_ISREG(info.st_mode)
+    return (kind_of(info.st_mode) if not stat.S_ISREG(info.st_mode)
             else "a file with another name (a hard link)" if info.st_nlink != 1
             else f"a file of {user_name(info.st_uid)}'s")
 
