@@ -38,6 +38,9 @@ ENV: Origin = "GRADER_LABS_DIR"
 CHECKOUT: Origin = "course checkout"
 REPOSITORY_BUNDLE: Origin = "repository bundle"
 LAB_PATH: Origin = "lab path given"  # a lab.yaml or lab folder named on the command line
+#: How each origin is named in messages.
+_HOW: dict[Origin, str] = {OPTION: "--labs", ENV: "GRADER_LABS_DIR", CHECKOUT: "the course repository",
+                           REPOSITORY_BUNDLE: "the repository's student bundle", LAB_PATH: "a lab named by its path"}
 #: Where the course's own labs come from: any grading meant to count takes its labs from one of these.
 COURSE_ORIGINS: tuple[Origin, ...] = (OPTION, ENV, CHECKOUT)
 
@@ -49,9 +52,13 @@ _pinned: LabsLocation | None = None  # handed down by the process that started t
 @dataclass(frozen=True)
 class LabsLocation:
     path: Path | None  # None: no labs anywhere
-    how: str  # how it was found, for messages
     looked: tuple[str, ...]  # every place tried, for the "no labs found" error
     origin: Origin | None = None  # None: no labs found
+
+    @property
+    def how(self) -> str:
+        """How the labs were found, for messages."""
+        return _HOW[self.origin] if self.origin is not None else ""
 
     @property
     def from_repository(self) -> bool:
@@ -90,14 +97,14 @@ def locate_labs() -> LabsLocation:
     if _pinned is not None:
         return _pinned
     if _chosen is not None:
-        return LabsLocation(_chosen, "--labs", (f"{_chosen} (--labs)",), OPTION)
+        return LabsLocation(_chosen, (f"{_chosen} (--labs)",), OPTION)
     env = os.environ.get("GRADER_LABS_DIR")
     if env:
-        return LabsLocation(Path(env), "GRADER_LABS_DIR", (f"{env} ($GRADER_LABS_DIR)",), ENV)
+        return LabsLocation(Path(env), (f"{env} ($GRADER_LABS_DIR)",), ENV)
     looked = ["--labs (not given)", "$GRADER_LABS_DIR (not set)"]
     checkout = PROJECT_ROOT / "labs"
     if (PROJECT_ROOT / "pyproject.toml").is_file() and has_labs(checkout):
-        return LabsLocation(checkout, "the course repository", (*looked, str(checkout)), CHECKOUT)
+        return LabsLocation(checkout, (*looked, str(checkout)), CHECKOUT)
     looked.append(f"{checkout} (the grader is not run from a course repository)")
     starts = [] if _repo is None else [_repo, *_repo.resolve().parents]
     cwd = Path.cwd()
@@ -105,34 +112,35 @@ def locate_labs() -> LabsLocation:
     for start in starts:
         bundle = start / BUNDLE_LABS
         if has_labs(bundle):
-            return LabsLocation(bundle, "the repository's student bundle", (*looked, str(bundle)), REPOSITORY_BUNDLE)
+            return LabsLocation(bundle, (*looked, str(bundle)), REPOSITORY_BUNDLE)
     where = [f"{_repo / BUNDLE_LABS} and in its parent folders"] if _repo is not None else []
     where.append(f"{cwd / BUNDLE_LABS} and in its parent folders")
-    return LabsLocation(None, "", (*looked, *where))
+    return LabsLocation(None, (*looked, *where))
 
 
 def labs_dir() -> Path:
     """The folder of the labs; a clear input error (naming every place looked at) when there is none."""
+    return _found()[0]
+
+
+def _found() -> tuple[Path, LabsLocation]:
+    """The labs folder and how it was found; an input error where there is none, or no folder there."""
     found = locate_labs()
     if found.path is None:
         raise GraderError(no_labs_message(found))
     if not found.path.is_dir():
         raise GraderError(f"not a folder of labs ({found.how})", path=found.path)
-    return found.path
+    return found.path, found
 
 
 def course_labs(what: str) -> LabsLocation:
     """The course's labs, for ``what`` (a grading meant to count): an input error when the only
     labs found are a repository's own bundle, or none."""
-    found = locate_labs()
-    if found.path is None:
-        raise GraderError(no_labs_message(found))
+    folder, found = _found()
     if found.origin not in COURSE_ORIGINS:
         raise GraderError(f"{what} grades with the course's labs, never a repository's own: the labs found are "
-                          f"{shown(found.path)} ({found.how}, files a student can edit); pass --labs DIR, the "
+                          f"{shown(folder)} ({found.how}, files a student can edit); pass --labs DIR, the "
                           "course's labs folder (or a course bundle's labs/, from `cuda-grader release --course`)")
-    if not found.path.is_dir():
-        raise GraderError(f"not a folder of labs ({found.how})", path=found.path)
     return found
 
 

@@ -83,7 +83,7 @@ class Sandbox:
         assert self.bwrap is not None
         args = [self.bwrap, *_base_args(self.userns_blocked)]
         args += _mounts(tuple(map(str, read_only)), tuple(map(str, writable)),
-                        tuple(str(Path(p).resolve()) for p in hide) + _course_dirs() + _kept_out())
+                        tuple(str(Path(p).resolve()) for p in hide) + _course_dirs() + kept_out_now())
         if cwd is not None:
             args += ["--chdir", str(cwd)]
         return [*args, "--", *cmd]
@@ -119,13 +119,9 @@ def kept_out(paths: Iterable[Path]) -> Iterator[None]:
         _KEPT_OUT[:] = before
 
 
-def _kept_out() -> tuple[str, ...]:
-    return tuple(_KEPT_OUT)
-
-
 def kept_out_now() -> tuple[str, ...]:
     """What this process keeps out of its sandboxes now (for a process it starts: ``keep_out``)."""
-    return _kept_out()
+    return tuple(_KEPT_OUT)
 
 
 def keep_out(paths: Iterable[str]) -> None:
@@ -231,16 +227,22 @@ def _mounts(read_only: tuple[str, ...], writable: tuple[str, ...], hidden: tuple
     return [arg for _, _, op_args in ops for arg in op_args]
 
 
+def _probe(path: str, block_userns: bool) -> str:
+    """Why the bubblewrap at ``path`` cannot run an empty sandbox ("" if it can); raises OSError or
+    TimeoutExpired where it does not run at all."""
+    probe = subprocess.run([path, *_base_args(block_userns), *_mounts((), (), _course_dirs()), "--", "true"],
+                           capture_output=True, text=True, timeout=30)
+    return "" if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["no message"])[-1]
+
+
 def _userns_blocking(path: str) -> tuple[bool, str]:
     """Whether this bubblewrap can keep the sandbox from creating user namespaces, and why not."""
     try:
-        probe = subprocess.run([path, *_base_args(True), *_mounts((), (), _course_dirs()), "--", "true"],
-                               capture_output=True, text=True, timeout=30)
+        why = _probe(path, True)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"bubblewrap's --disable-userns did not run ({exc})"
-    if probe.returncode == 0:
+    if not why:
         return True, ""
-    why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
     return False, f"bubblewrap cannot deny them here: {why} (--disable-userns needs bubblewrap 0.8 and user namespaces)"
 
 
@@ -255,12 +257,10 @@ def detect() -> Sandbox:
         return Sandbox(None, reason=f"bubblewrap is not installed ({INSTALL_HINT})")
     try:
         version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout.split()[-1]
-        probe = subprocess.run([path, *_base_args(), *_mounts((), (), _course_dirs()), "--", "true"],
-                               capture_output=True, text=True, timeout=30)
+        why = _probe(path, False)
     except (OSError, subprocess.TimeoutExpired, IndexError) as exc:
         return Sandbox(None, reason=f"bubblewrap at {path} did not run ({exc})")
-    if probe.returncode != 0:
-        why = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+    if why:
         return Sandbox(None, reason=f"bubblewrap at {path} cannot create a sandbox here ({why})")
     blocked, note = _userns_blocking(path)
     return Sandbox(path, version=version, userns_blocked=blocked, userns_note=note)

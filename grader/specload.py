@@ -39,9 +39,12 @@ def lab_bound(lab_folder: Path) -> Path:
     (``release``) keeps every file of a lab in the lab's folder."""
     folder = Path(os.path.abspath(lab_folder))
     course = folder.parent.parent
-    if folder.parent.name == "labs" and not course.joinpath(COURSE_REFERENCE).is_symlink() and course.joinpath(COURSE_REFERENCE).is_dir():
-        return course
-    return folder
+    return course if folder.parent.name == "labs" and _is_course(course) else folder
+
+
+def _is_course(folder: Path) -> bool:
+    """``folder`` is a course repository: ``labs/`` and ``reference/`` in it, folders and not links."""
+    return all(folder.joinpath(name).is_dir() and not folder.joinpath(name).is_symlink() for name in ("labs", COURSE_REFERENCE))
 
 
 def load_lab(path: Path | str) -> LabSpec:
@@ -73,10 +76,7 @@ def load_expected(path: Path | str) -> ExpectedSolutions:
 
 def _course_holding(folder: Path) -> Path | None:
     """The course repository ``folder`` is in (a folder with ``labs/`` and ``reference/``, neither a link), if any."""
-    for candidate in (folder, *folder.parents):
-        if all(candidate.joinpath(name).is_dir() and not candidate.joinpath(name).is_symlink() for name in ("labs", COURSE_REFERENCE)):
-            return candidate
-    return None
+    return next((candidate for candidate in (folder, *folder.parents) if _is_course(candidate)), None)
 
 
 def _not_a_link(path: Path, lab_folder: Path, bound: Path) -> None:
