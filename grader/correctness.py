@@ -3,7 +3,11 @@ with the lab's fp64 oracle in the grader (the worker never sees the expected res
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import os
+import shutil
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
@@ -15,11 +19,11 @@ from .build import demangle
 from .compare import compare
 from .options import secret_seed
 from .outcome import CheckResult, Outcome, Stage
-from .runner import RunDirs, TaskResult, WorkerSession
+from .runner import MEMORY_POLL_S, MEMORY_WAIT_S, RunDirs, TaskResult, WorkerSession
 from .safeio import load_npy
 from .spec import Case, CounterCheck, LabSpec, SanitizerCheck
 from .submission import Submission
-from .worker.protocol import ArgSpec, LauncherSpec, Status, Task, case_task
+from .worker.protocol import ArgSpec, LauncherSpec, Status, Task, case_task, drop_task, read_task, share_task, tool_case_task
 
 
 def launcher_spec(spec: LabSpec) -> LauncherSpec:
@@ -86,21 +90,68 @@ def output_limit(want: np.ndarray) -> int:
     return int(want.nbytes) + (64 << 10)
 
 
-def grade_case(sub: Submission, worker: WorkerSession, case: Case, folder: str) -> CheckResult:
-    """Run a case ``repeat`` times on the same inputs; the first wrong run decides."""
+class SharingFailed(RuntimeError):
+    """The trusted worker could not share or read a case's buffers: the grader's failure."""
+
+
+def grade_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, case: Case, folder: str) -> CheckResult:
+    """Run a case ``repeat`` times on the same inputs; the first wrong run decides.
+
+    The buffers are the trusted worker's: the student's worker maps them and calls the launcher,
+    and the trusted worker reads the outputs, the guard words and the inputs afterwards."""
     spec = sub.spec
     cid = f"correctness[{case.label}]"
     seed = secret_seed(sub.secret, spec.id, cid, case.seed)
     inputs, paths = write_inputs(spec, sub.problem, case.params, seed, worker.dirs.inbox / folder, sub.cache_dir)
     expected = casecache.expected(spec, sub.problem, inputs, case.params, sub.cache_dir)
+    guard = spec.correctness.guard_elements
+    limit = spec.correctness.time_limit_s
+    shared = _share(worker, trusted, share_task(launcher_spec(spec), dict(case.params), paths, guard), sub.time_left(limit))
+    if shared.status == Status.OUT_OF_MEMORY.value:
+        return failure_from_task(shared, cid, Stage.CORRECTNESS, case.points)
+    if shared.status != Status.OK.value:
+        raise SharingFailed(f"the trusted worker could not make the buffers of {cid}: {shared.reason}")
+    share = str(shared.data["share"])
+    readings = trusted.dirs.outbox / f"{spec.id}-{folder}-{share}"
+    try:
+        return _run_case(sub, worker, trusted, case, cid, shared, readings, expected)
+    finally:
+        for fd in shared.fds:
+            os.close(fd)
+        trusted.run(drop_task(share), 30.0)
+        shutil.rmtree(readings, ignore_errors=True)
+
+
+def _share(worker: WorkerSession, trusted: WorkerSession, task: Task, limit: float) -> TaskResult:
+    """The trusted worker's buffers for a case. Where the GPU's memory is taken while the
+    student's worker lives, its code holds it (nothing else of the grader's runs there now): the
+    worker is ended, and the case is an error against the submission. Where no student code is
+    running, the memory is another process's: waited for, as a worker's start waits."""
+    waited_until = time.monotonic() + MEMORY_WAIT_S
+    while True:
+        result = trusted.run(task, limit)
+        if result.status != Status.OUT_OF_MEMORY.value:
+            return result
+        if worker.proc is not None and worker.proc.poll() is None:
+            worker.kill()
+            return result
+        if time.monotonic() >= waited_until:
+            return dataclasses.replace(result, status=Status.WORKER_ERROR.value)
+        time.sleep(MEMORY_POLL_S)
+
+
+def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, case: Case, cid: str, shared: TaskResult,
+              readings: Path, expected: dict[str, np.ndarray]) -> CheckResult:
+    spec = sub.spec
     max_err, seconds, wrong_runs = 0.0, 0.0, 0
     first_wrong: tuple[list[str], list[str]] | None = None
     answers: set[str] = set()  # a digest of each run's outputs: do the runs agree?
     launched: set[str] | None = set()
-    for _ in range(case.repeat):
-        task = case_task(str(sub.library), launcher_spec(spec), dict(case.params), paths,
-                         str(worker.dirs.outbox / folder), guard=spec.correctness.guard_elements)
-        result = worker.run(task, sub.time_left(spec.correctness.time_limit_s))
+    share = str(shared.data["share"])
+    for run in range(case.repeat):
+        task = case_task(str(sub.library), launcher_spec(spec), dict(case.params), share, shared.data["buffers"],
+                         guard=spec.correctness.guard_elements)
+        result = worker.run(task, sub.time_left(spec.correctness.time_limit_s), shared.fds)
         if result.status != Status.OK.value:
             return failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
         names = result.data.get("kernels_launched")
@@ -109,14 +160,17 @@ def grade_case(sub: Submission, worker: WorkerSession, case: Case, folder: str) 
         else:
             launched = None
         seconds += result.seconds
+        read = trusted.run(read_task(share, str(readings / str(run)), run + 1 < case.repeat, launcher_spec(spec)), 120.0)
+        if read.status != Status.OK.value:
+            raise SharingFailed(f"the trusted worker could not read the buffers of {cid}: {read.reason}")
         problems, details = [], []
         digest = hashlib.sha256()
-        for name, (before, after) in result.data.get("guard_violations", {}).items():
+        for name, (before, after) in read.data["guard_violations"].items():
             problems.append(f"wrote outside {name}: {before} bytes changed before it, {after} after it")
-        for name in result.data.get("inputs_modified", []):
+        for name in read.data["inputs_modified"]:
             problems.append(f"modified its input {name} (inputs must be left unchanged)")
         for out, want in expected.items():
-            got = load_npy(worker.dirs.outbox, f"{folder}/{out}.npy", output_limit(want))
+            got = load_npy(readings, f"{run}/{out}.npy", output_limit(want))
             digest.update(np.ascontiguousarray(got).tobytes())
             cmp = compare(out, got, want, spec.tolerance, case.params, spec.correctness.max_mismatches_shown)
             max_err = max(max_err, cmp.max_abs_error)
@@ -146,5 +200,4 @@ def tool_task(sub: Submission, check: SanitizerCheck | CounterCheck, dirs: RunDi
     """The one-launch case task a sanitizer or profiler runs (of ``library``, by default the
     student's), its inputs written to the inbox."""
     _, paths = write_inputs(sub.spec, sub.problem, check.params, check.seed, dirs.inbox, sub.cache_dir)
-    return case_task(str(library or sub.library), launcher_spec(sub.spec), dict(check.params), paths, str(dirs.outbox),
-                     memcpy_only=True)
+    return tool_case_task(str(library or sub.library), launcher_spec(sub.spec), dict(check.params), paths)

@@ -213,6 +213,8 @@ def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time
         str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
         # kernels by their symbols, demangled as the compiled-code checks name them
         "--print-kernel-base", "mangled", "--clock-control", "none", "--log-file", TOOL_LOG,
+        # cudaProfilerStop() in student code hides no kernel: the profiler's list of what ran is whole
+        "--disable-profiler-start-stop",
     ]
     attempts = iter(range(1, 100))
     run, busy = run_when_counters_free(
@@ -253,8 +255,9 @@ def judged(metrics: tuple[str, ...], rows: list[KernelRow], result: Mapping[str,
 
 def hidden_kernels(launched: object, profiled: list[str]) -> str:
     """Why the profile cannot be trusted ("" if it can): the launcher ran more distinct kernels,
-    by the runtime's own record of its launches, than the profiler saw (a launcher that stops
-    the profiler, ``cudaProfilerStop()``, after a decoy kernel hides the real ones from it)."""
+    by the runtime's own record of its launches, than the profiler saw. The profiler ignores
+    ``cudaProfilerStop()`` (``--disable-profiler-start-stop``), so this is a second net: the record
+    is the worker's word, and can only add doubt, never take a kernel out of the profile."""
     if not isinstance(launched, list):
         return ""  # unknown (a launch without a name): nothing to hold the profile against
     seen = len(set(profiled))

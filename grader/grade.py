@@ -90,6 +90,7 @@ class LabGrading:
         self.profiles: Profiles | None = None  # the student's profiled cases: counters, and what ran
         self.worker: WorkerSession | None = None
         self.baselines: WorkerSession | None = None
+        self.trusted: WorkerSession | None = None
         self.background: list[Future[list[CheckResult]]] = []
         self._stage_start: dict[str, float] = {}
         self._correctness_over = threading.Event()
@@ -175,12 +176,13 @@ class LabGrading:
                 self._background(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch),
                                  (check.id,))
         self.worker = WorkerSession(sub.student_dirs(), isolation)
+        # no student code reaches it: it owns the student's buffers and times the baselines
+        self.trusted = baselines_worker(key_of(probe.gpu), isolation.for_baselines())
         if spec.benchmark and spec.benchmark.checks and options.timing:
-            # the baselines are timed in a worker of their own, which no student code can reach
-            self.baselines = baselines_worker(key_of(probe.gpu), isolation.for_baselines())
+            self.baselines = self.trusted
         try:
             with self.clock.stage(Stage.CORRECTNESS.value):
-                self._correctness(sub, self.worker)
+                self._correctness(sub, self.worker, self.trusted)
         finally:
             self._correctness_over.set()
         self._keep_worker_for_timing()
@@ -195,7 +197,7 @@ class LabGrading:
         else:
             self.env["gpu"] = f"none: {probe.reason}"
 
-    def _correctness(self, sub: Submission, worker: WorkerSession) -> None:
+    def _correctness(self, sub: Submission, worker: WorkerSession, trusted: WorkerSession) -> None:
         spec, hung, counting = self.spec, False, False
         cases = spec.correctness.cases
         for i, case in enumerate(cases):
@@ -208,7 +210,7 @@ class LabGrading:
                 self.checks.append(CheckResult(cid, Stage.CORRECTNESS, Outcome.ERROR, 0, case.points, sub.out_of_time()))
                 continue
             self.progress(f"[{spec.id}] correctness {i + 1}/{len(cases)}: {case.label}")
-            result = grade_case(sub, worker, case, f"case{i}")
+            result = grade_case(sub, worker, trusted, case, f"case{i}")
             self.checks.append(result)
             hung = result.measured.get("status") == "timeout"
             if hung:  # it would hang under each sanitizer and the profiler too, whose verdicts are gated now
@@ -314,7 +316,9 @@ class LabGrading:
         """:meth:`open_timing`, then time: all the second half does on the GPU."""
         self.open_timing()
         run, self._run = self._run, None
-        if run is not None and not self._done:
+        if run is not None and self._done:
+            run.release()
+        elif run is not None:
             try:
                 with self.clock.stage(Stage.SPEED.value):
                     timed = speed.measured(run)
@@ -413,7 +417,9 @@ class LabGrading:
             self._pool = None
         for session in self.sessions() if self.end_workers else ():
             session.kill()
-        self.worker = self.baselines = None
+        self.worker = self.baselines = self.trusted = None
+        if self._run is not None:
+            self._run.release()
         self._run = None
         if self._work is not None and self.options.keep_work is None:
             shutil.rmtree(self._work, ignore_errors=True)

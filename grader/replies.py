@@ -104,25 +104,39 @@ def _roles(task: Task) -> tuple[frozenset[str], frozenset[str]]:
 def _fields(task: Task) -> dict[str, tuple[Check, bool]]:
     """The fields an ok reply to ``task`` holds: name -> (check, required)."""
     kind = task.get("kind")
+    inputs, outputs = _roles(task)
     if kind == Kind.CASE.value:
-        inputs, outputs = _roles(task)
-        fields: dict[str, tuple[Check, bool]] = {"seconds": (_number(), True), "kernels_launched": (_optional_names, True)}
-        if not task.get("memcpy_only"):
-            files = frozenset(f"{n}.npy" for n in outputs)
-            fields.update(outputs=(_mapping(outputs, lambda v: "" if v in files else f"not its own file: {_short(v)}", exact=True), True),
-                          guard_violations=(_mapping(outputs, _pair), True), inputs_modified=(_names(inputs), True))
-        return fields
+        return {"seconds": (_number(), True), "kernels_launched": (_optional_names, True)}
     if kind == Kind.TIMING_OPEN.value:
+        if task.get("export"):
+            return _shared_fields(task)
         return {"device": (_device, True)}
     if kind == Kind.TIMING_SAMPLE.value:
         return {"ms": (_number(), True), "wall_ms": (_number(), True), "gate": (_text(MAX_NAME), True)}
-    if kind == Kind.TIMING_CLOSE.value:
-        return {"check_outputs": (_mapping(None, _file), True), "inputs_modified": (_names(None), True)}
-    if kind == Kind.TIMING_INPUTS.value:
-        return {"check_inputs": (_mapping(None, _file), True)}
+    if kind == Kind.TIMING_CLOSE.value and task.get("out_dir"):
+        return {"check_outputs": (_mapping(None, _file), True), "check_inputs": (_mapping(None, _file), True),
+                "inputs_modified": (_names(None), True)}
+    if kind == Kind.SHARE.value:
+        return _shared_fields(task)
+    if kind == Kind.READ.value:
+        files = frozenset(f"{n}.npy" for n in outputs)
+        return {"outputs": (_mapping(outputs, lambda v: "" if v in files else f"not its own file: {_short(v)}", exact=True), True),
+                "guard_violations": (_mapping(outputs, _pair), True), "inputs_modified": (_names(inputs), True)}
     if kind == Kind.MARKED.value:
         return {"results": (_results(task), True)}
     return {}
+
+
+def _shared_fields(task: Task) -> dict[str, tuple[Check, bool]]:
+    """A trusted worker's shared buffers: an id, and one buffer per array of the launcher."""
+    arrays = [a["name"] for a in task.get("launcher", {}).get("args", []) if a.get("role") != "scalar"]
+
+    def buffers(value: Any) -> str:
+        if not isinstance(value, list) or [b.get("name") if isinstance(b, dict) else None for b in value] != arrays:
+            return f"not one buffer for each of {', '.join(arrays)}"
+        bad = [b for b in value if _integer(b.get("size")) or not isinstance(b.get("host"), bool)]
+        return f"a buffer of no size: {_short(bad[0])}" if bad else ""
+    return {"share": (_text(64), True), "buffers": (buffers, True)}
 
 
 def _device(value: Any) -> str:

@@ -17,10 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from . import toolchain
+from . import launched, toolchain
 from .build import lab_build
 from .counterbatch import EarlySession, ProfileBatch
-from .counters import Profiles
 from .errors import GraderError, internal_error_message
 from .gpu import key_of
 from .grade import LabGrading
@@ -189,13 +188,14 @@ def grade_many(
 def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession | None:
     """A student's profiler session, started before their labs' cases are known, where two labs
     or more have counter checks (None where it would not run: no GPU, no profiler)."""
-    profiled = [spec for spec in map(runnable, specs) if spec.counters]
+    # the labs profiled: for their counter checks, or for the record of which kernels ran
+    profiled = [spec for spec in map(runnable, specs) if spec.counters or launched.list_check(spec)]
     if len(profiled) < 2 or not options.counters or toolchain.find("ncu") is None:
         return None
     gpu = probe_for(options).gpu
     if gpu is None:
         return None
-    metrics = tuple(dict.fromkeys(m for spec in profiled for ms in Profiles(spec.counters).metrics.values() for m in ms))
+    metrics = tuple(dict.fromkeys(m for spec in profiled for ms in launched.profiles_for(spec).metrics.values() for m in ms))
     isolation = Isolation(sandbox_for(options), read_only=tuple(spec.files.problem for spec in profiled),
                           cupy_cache=kernel_cache(options))
     if options.keep_work is not None:

@@ -19,6 +19,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +33,8 @@ from .paths import PACKAGE_PARENT
 from .procgroup import drain, kill_group, start_lasting
 from .sandbox import Sandbox, confined_env, worker_runtime
 from .textutil import CappedOutput, clean
-from .worker.protocol import QUIT, Status, Task
+from .worker import shared
+from .worker.protocol import QUIT, Status, Task, makes_shared
 
 STARTUP_LIMIT_S = 120.0
 #: How a reply that the student's code forged or broke is reported.
@@ -74,6 +76,12 @@ class TaskResult:
     reason: str = ""  # for students, when status is not ok
     log_tail: str = ""
     seconds: float = 0.0
+    #: descriptors of shared buffers the worker passed with its reply (the caller closes them)
+    fds: tuple[int, ...] = ()
+
+
+#: How long the grader waits for shared buffers' descriptors once their reply has come.
+FDS_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,7 @@ class WorkerSession:
         self.tasks: int | None = None  # the write end of the worker's task pipe
         self.rfd: int | None = None
         self.outfd: int | None = None
+        self.share: socket.socket | None = None  # the grader's end of the socket shared buffers cross
         self.buffer = b""
         self.starts = 0
         self.ready = False
@@ -188,22 +197,26 @@ class WorkerSession:
         self.dirs.make()
         rfd, wfd = os.pipe()
         task_r, task_w = os.pipe()
+        share, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cmd, env = self.isolation.command(worker_command("--serve"), self.dirs,
-                                          {**self.extra_env, "GRADER_RESULT_FD": str(wfd), "GRADER_TASK_FD": str(task_r)})
+                                          {**self.extra_env, "GRADER_RESULT_FD": str(wfd), "GRADER_TASK_FD": str(task_r),
+                                           "GRADER_SHARE_FD": str(theirs.fileno())})
         try:
             self.proc = start_lasting(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                pass_fds=(wfd, task_r), env=env, cwd=self.dirs.outbox,
+                pass_fds=(wfd, task_r, theirs.fileno()), env=env, cwd=self.dirs.outbox,
                 start_new_session=True,
             )
         except BaseException:
             for fd in (rfd, task_w):
                 os.close(fd)
+            share.close()
             raise
         finally:
             os.close(wfd)
             os.close(task_r)
-        self.tasks = task_w
+            theirs.close()
+        self.tasks, self.share = task_w, share
         assert self.proc.stdout is not None
         self.outfd = self.proc.stdout.fileno()
         os.set_blocking(self.outfd, False)
@@ -295,7 +308,10 @@ class WorkerSession:
         except OSError:
             return False
 
-    def run(self, task: Task, time_limit_s: float) -> TaskResult:
+    def run(self, task: Task, time_limit_s: float, fds: tuple[int, ...] = ()) -> TaskResult:
+        """Run ``task``; ``fds``: shared buffers' descriptors the task's ``share`` names, passed
+        first. A reply that names shared buffers of its own (``share`` and ``buffers``, from the
+        trusted worker) comes with their descriptors in ``fds``."""
         if self.proc is None or self.proc.poll() is not None or not self.ready:
             failed = self._start()
             if failed is not None:
@@ -303,6 +319,8 @@ class WorkerSession:
         started = time.monotonic()
         self.output = CappedOutput(OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES)
         nonce = secrets.token_hex(8)
+        if fds and not self._pass_fds(str(task.get("share", "")), fds):
+            return self._ended(time.monotonic() - started)
         self._send({**task, "id": nonce})
         msg = self._read_reply(nonce, started + time_limit_s)
         seconds = time.monotonic() - started
@@ -320,9 +338,16 @@ class WorkerSession:
             if wrong or (status == Status.WORKER_ERROR.value and not self.isolation.trusted):
                 return self._interfered(wrong or f"its own code failed ({last_line(data.get('error'))})", seconds)
             reason = data.get("error", "") if status != "ok" else ""
-            if (status == "cuda_error" and data.get("sticky")) or status == "out_of_memory":
+            if (status == "cuda_error" and data.get("sticky")) or (status == "out_of_memory" and not makes_shared(task)):
                 self._reap(10.0)  # it is ending: the next task gets a fresh worker, its memory released
-            return TaskResult(status, data, reason, self.log_tail() if status != "ok" else "", seconds)
+            received: tuple[int, ...] = ()
+            if status == Status.OK.value and "buffers" in data and self.isolation.trusted and self.share is not None:
+                try:
+                    self.share.settimeout(FDS_WAIT_S)
+                    received = tuple(shared.receive_fds(self.share, str(data.get("share")), len(data["buffers"])))
+                except (OSError, shared.SharingError) as exc:
+                    return self._interfered(f"no descriptors for its shared buffers ({exc})", seconds)
+            return TaskResult(status, data, reason, self.log_tail() if status != "ok" else "", seconds, received)
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
             return TaskResult(
@@ -330,10 +355,30 @@ class WorkerSession:
                 reason=f"did not finish within {time_limit_s:g} s and was killed (infinite loop or deadlock?)",
                 log_tail=self.log_tail(), seconds=seconds,
             )
-        code = self.proc.returncode if self.proc is not None else -9
+        return self._ended(seconds)
+
+    def _ended(self, seconds: float) -> TaskResult:
+        """The result of a task whose worker died."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(3.0)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        code = self.proc.returncode if self.proc is not None and self.proc.returncode is not None else -9
         self.close()
         status, reason = describe_exit(code)
         return TaskResult(status, reason=reason, log_tail=self.log_tail(), seconds=seconds)
+
+    def _pass_fds(self, tag: str, fds: tuple[int, ...]) -> bool:
+        """Send shared buffers' descriptors ahead of the task that uses them; False if the worker is gone."""
+        if self.share is None:
+            return False
+        try:
+            self.share.settimeout(FDS_WAIT_S)
+            shared.send_fds(self.share, tag, list(fds))
+            return True
+        except OSError:
+            return False
 
     def _interfered(self, wrong: str, seconds: float) -> TaskResult:
         """A reply that is not what the task asks for. From a worker that runs only the grader's
@@ -398,4 +443,7 @@ class WorkerSession:
             if self.rfd is not None:
                 os.close(self.rfd)
                 self.rfd = None
+            if self.share is not None:
+                self.share.close()
+                self.share = None
             self.outfd = None

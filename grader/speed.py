@@ -11,11 +11,11 @@ from .compare import compare
 from .correctness import failure_from_task, output_limit
 from .outcome import CheckResult, Outcome, Stage, partial_credit
 from .procgroup import hold_group
-from .runner import INTERFERED, WorkerSession
+from .runner import WorkerSession
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission
-from .timing import CLOSING_FOLDER, TOO_SLOW_FACTOR, Measurement, SampleFailed, TimedRun, summarize
+from .timing import TOO_SLOW_FACTOR, Measurement, SampleFailed, TimedRun, summarize
 from .worker import expr
 
 #: A timed array the worker saves for the grader's check is read up to this size.
@@ -30,7 +30,8 @@ def _failed(bench: Benchmark, failed: SampleFailed) -> list[CheckResult]:
     """The speed checks' errors where the student's kernel could not be timed (a baseline's
     failure is the grader's: raised)."""
     if failed.who != "student":
-        raise RuntimeError(f"the {failed.who} kernel could not be timed: {failed.result.reason}") from None
+        what = "the buffers of the timed calls" if failed.who == "buffers" else f"the {failed.who} kernel"
+        raise RuntimeError(f"{what} could not be timed: {failed.result.reason}") from None
     failure = failure_from_task(failed.result, "timing", Stage.SPEED, 0)
     return _all(bench, Outcome.ERROR, f"while timing: {failure.message}", failure.details)
 
@@ -119,18 +120,18 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
         msg = f"modified its input {', '.join(data['inputs_modified'])} during timed calls (inputs must be left unchanged)"
         return _all(bench, Outcome.FAIL, msg), timings
     # the output of the last timed call must be right: result caching or skipped work cannot pay
-    # fresh inputs each sample: nothing to cache. They are generated again by the trusted worker,
-    # never taken from the student's: its copies could be whatever its code wrote there
+    # fresh inputs each sample: nothing to cache. The trusted worker refilled the inputs and read
+    # the outputs from buffers it owns: no copy of the student's worker is taken
     assert m.inputs is not None
     folder, names = m.inputs
     inputs = {k: load_npy(folder, v, TIMED_ARRAY_LIMIT) for k, v in names.items()}
     want = sub.problem.expected(inputs, dict(bench.params))
-    outbox, saved = worker.dirs.outbox / CLOSING_FOLDER, data["check_outputs"]
+    saved = data["check_outputs"]
     if set(saved) != set(want):
-        return _all(bench, Outcome.ERROR, f"{INTERFERED} (the outputs it saved: {', '.join(sorted(saved)) or 'none'})"), timings
+        raise RuntimeError(f"the trusted worker saved the timed outputs {sorted(saved)}, not {sorted(want)}")
     wrong = []
     for name, exp in want.items():
-        got = load_npy(outbox, str(saved[name]), output_limit(exp))
+        got = load_npy(folder, str(saved[name]), output_limit(exp))
         cmp = compare(name, got, exp, spec.tolerance, bench.params)
         if not cmp.ok:
             wrong.append(cmp)

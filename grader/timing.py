@@ -4,6 +4,7 @@ worker and the trusted baselines' worker sample by sample, interleaved."""
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import statistics
 import time
@@ -20,7 +21,7 @@ from .procgroup import TEARDOWNS
 from .runner import TaskResult, WorkerSession
 from .spec import Benchmark, LabSpec, Timing
 from .submission import Submission
-from .worker.protocol import Reply, Status, Task, timing_close, timing_inputs, timing_open, timing_prepare, timing_sample
+from .worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ ROUND_TRIP_SLACK_FRACTION = 0.02
 #: sampling: the speed checks are scored from what was taken (a kernel that prints from every
 #: thread can take seconds per call, and more samples would not change its score).
 TOO_SLOW_FACTOR = 50.0
-#: Where the student's worker saves the last timed call's inputs and outputs (in its outbox).
+#: Where the trusted worker saves the last timed call's inputs and outputs (in its outbox).
 CLOSING_FOLDER = "timing"
 
 
@@ -166,16 +167,16 @@ class SampleFailed(Exception):
 
 @dataclass
 class Measurement:
-    """Samples per kernel ("student" and each baseline), in ms, and what the student's worker
-    reported at the end (``closing``: where the last call's inputs and outputs are)."""
+    """Samples per kernel ("student" and each baseline), in ms, and what the trusted worker read
+    of the student's buffers at the end (``closing``: the last call's outputs and inputs)."""
 
     samples: dict[str, list[float]]
     walls: dict[str, list[float]]
     trips: dict[str, list[float]]  # the grader's round trip of each timed call
     device: dict[str, Any] = field(default_factory=dict)
     closing: Reply = field(default_factory=dict)
-    #: the inputs of the student's last timed call, generated again by the baselines' trusted
-    #: worker from the same seed: (its folder, file names by input)
+    #: the last timed call's inputs and outputs as the trusted worker saved them: (its folder,
+    #: file names of the inputs by name)
     inputs: tuple[Path, dict[str, str]] | None = None
     by_wall: int = 0  # student samples timed by the wall clock
     by_clock: int = 0  # student samples raised to the grader's round trip
@@ -245,40 +246,75 @@ class TimedRun:
         spec = sub.spec
         assert spec.benchmark is not None
         self.sub, self.worker, self.bench = sub, worker, spec.benchmark
+        self.trusted = baselines_worker
         self.baselines = baselines_of(self.bench)
         self.owner = {**{b: baselines_worker for b in self.baselines}, "student": worker}
         self.names = [*self.baselines, "student"]
         self.m = Measurement({n: [] for n in self.names}, {n: [] for n in self.names}, {n: [] for n in self.names})
         self.gpu = key_of(sub.gpu)  # a GPU's timings take turns
         self.open_s = 0.0
-        self.refills = 0  # the student's session's fresh inputs so far: its last call's are generated again from it
+        #: the trusted worker's session that owns the student's buffers (refilled and read there)
+        self.shared_session = f"{spec.id}/student-{secrets.token_hex(6)}"
+        self.shared_open = False
 
-    def _call(self, who: str, task: Task) -> TaskResult:
-        result = self.owner[who].run(in_session(self.sub.spec, task), self.sub.time_left(self.bench.time_limit_s))
+    def _call(self, who: str, task: Task, fds: tuple[int, ...] = ()) -> TaskResult:
+        result = self.owner[who].run(in_session(self.sub.spec, task), self.sub.time_left(self.bench.time_limit_s), fds)
         if result.status != Status.OK.value:
             raise SampleFailed(who, result)
         return result
 
-    def _opened(self, who: str, task: Task) -> TaskResult:
+    def _shared(self, task: Task) -> TaskResult:
+        """A task of the trusted worker's session of the student's buffers. Its failures are the
+        student's where they are its doing (the GPU's memory taken); otherwise the grader's."""
+        result = self.trusted.run({**task, "session": self.shared_session}, self.sub.time_left(self.bench.time_limit_s))
+        if result.status != Status.OK.value:
+            raise SampleFailed("student" if result.status == Status.OUT_OF_MEMORY.value else "buffers", result)
+        return result
+
+    def _opened(self, who: str, task: Task, fds: tuple[int, ...] = ()) -> TaskResult:
         try:
-            return self._call(who, task)
+            return self._call(who, task, fds)
         except SampleFailed as failed:
             if failed.result.status != Status.OUT_OF_MEMORY.value:
                 raise
             TEARDOWNS.wait(self.gpu)  # the previous repository's workers, still ending, held the memory
-            return self._call(who, task)
+            return self._call(who, task, fds)
 
     def open(self) -> None:
-        """Both workers generate the inputs and set up at once (nothing is timed yet), while
-        earlier workers may still be ending."""
+        """The trusted worker makes the student's buffers, then both workers set up at once
+        (nothing is timed yet), while earlier workers may still be ending."""
         sub, spec = self.sub, self.sub.spec
         started = time.monotonic()
-        student = opening(spec, {"student": str(sub.library)}, timing_seed(spec, sub.secret), False)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
-            student_open = pool.submit(self._opened, "student", student)
-            self.m.device = self._opened(self.baselines[0], baselines_opening(spec, sub.archs, sub.cache_dir, sub.secret)).data["device"]
-            student_open.result()
+        seed = timing_seed(spec, sub.secret)
+        export: Task = {**opening(spec, {}, seed, False), "export": True}
+        try:
+            buffers = self._shared(export)
+        except SampleFailed as failed:
+            if failed.result.status != Status.OUT_OF_MEMORY.value:
+                raise
+            TEARDOWNS.wait(self.gpu)  # the previous repository's workers, still ending, held the memory
+            buffers = self._shared(export)
+        self.shared_open = True
+        try:
+            student = opening(spec, {"student": str(sub.library)}, seed, False)
+            student["share"], student["buffers"] = buffers.data["share"], buffers.data["buffers"]
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
+                student_open = pool.submit(self._opened, "student", student, buffers.fds)
+                self.m.device = self._opened(self.baselines[0], baselines_opening(spec, sub.archs, sub.cache_dir, sub.secret)).data["device"]
+                student_open.result()
+        except BaseException:
+            self.release()
+            raise
+        finally:
+            for fd in buffers.fds:
+                os.close(fd)
         self.open_s = time.monotonic() - started
+
+    def release(self) -> None:
+        """Free the student's buffers in the trusted worker, if the close has not."""
+        if self.shared_open:
+            self.shared_open = False
+            self.trusted.run({**timing_close(""), "session": self.shared_session}, 30.0)
 
     def sample(self) -> Measurement:
         """Time the opened workers once every worker being ended on the GPU is gone."""
@@ -288,18 +324,22 @@ class TimedRun:
         marks.append(time.monotonic())
         try:
             try:
-                _sample(m, self.names, self._take, self.bench.timing)
-            except _Ungated:
-                _sample(m, self.names, self._take, self.bench.timing)  # from the start, every kernel timed the same way
-        except _FarTooSlow:
-            m.stopped_early = True
-        marks.append(time.monotonic())
-        m.closing = self._call("student", timing_close(str(self.worker.dirs.outbox / CLOSING_FOLDER))).data
-        trusted = self.owner[self.baselines[0]]
-        # a folder of this run's own: the worker serves every submission graded on this GPU
-        folder = trusted.dirs.outbox / f"{CLOSING_FOLDER}-{self.sub.spec.id}-{secrets.token_hex(6)}"
-        made = self._call(self.baselines[0], timing_inputs(self.refills, str(folder))).data["check_inputs"]
-        m.inputs = (folder, {str(k): str(v) for k, v in made.items()})
+                try:
+                    _sample(m, self.names, self._take, self.bench.timing)
+                except _Ungated:
+                    _sample(m, self.names, self._take, self.bench.timing)  # from the start, every kernel timed the same way
+            except _FarTooSlow:
+                m.stopped_early = True
+            marks.append(time.monotonic())
+            self._call("student", timing_close(""))
+            # what the last call ran on and left, read by the trusted worker that owns the buffers,
+            # into a folder of this run's own: the worker serves every submission graded on this GPU
+            folder = self.trusted.dirs.outbox / f"{CLOSING_FOLDER}-{self.sub.spec.id}-{secrets.token_hex(6)}"
+            self.shared_open = False
+            m.closing = self._shared(timing_close(str(folder))).data
+            m.inputs = (folder, {str(k): str(v) for k, v in m.closing["check_inputs"].items()})
+        finally:
+            self.release()
         marks.append(time.monotonic())
         m.phase_s = {name: round(end - begin, 3) for name, begin, end in zip(("open", "sampling", "close"), marks, marks[1:])}
         m.phase_s["open"] = round(m.phase_s["open"] + self.open_s, 3)
@@ -309,8 +349,10 @@ class TimedRun:
 
     def _take(self, n: str, gated: bool) -> None:
         m = self.m
-        self._call(n, timing_prepare(n))
-        self.refills += n == "student"
+        if n == "student":
+            self._shared(timing_prepare(n))  # fresh inputs in the student's buffers, by the trusted worker
+        else:
+            self._call(n, timing_prepare(n))
         result = self._call(n, timing_sample(n, m.gated and gated))
         data = result.data
         if m.gated and gated and data.get("gate") != "held":

@@ -1,4 +1,5 @@
-"""The trusted worker that times the lab's baselines: one per GPU for the grader process.
+"""The trusted worker: one per GPU for the grader process. It times the labs' baselines and owns
+the buffers of the student's calls (``worker.owned``), reading what those calls left there.
 
 Its timing sessions (one per lab) stay open between students, so a class run generates each
 lab's inputs and loads its baseline kernels once, and a repository makes no CUDA context for
@@ -28,9 +29,9 @@ class SharedWorker(WorkerSession):
         with self._turn:
             super().spawn()
 
-    def run(self, task: Task, time_limit_s: float) -> TaskResult:
+    def run(self, task: Task, time_limit_s: float, fds: tuple[int, ...] = ()) -> TaskResult:
         with self._turn:
-            return super().run(task, time_limit_s)
+            return super().run(task, time_limit_s, fds)
 
 
 _WORKERS: dict[tuple[str, str], SharedWorker] = {}

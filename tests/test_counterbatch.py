@@ -14,7 +14,7 @@ from grader.options import GradeOptions, sandbox_for
 from grader.runner import Isolation, RunDirs
 from grader.sandbox import Sandbox
 from grader.toolrun import TOOL_LOG, ToolRun, run_under_tool
-from grader.worker.protocol import MARK_KERNEL, case_task, marked_tasks
+from grader.worker.protocol import MARK_KERNEL, marked_tasks, tool_case_task
 
 HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",' \
          '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
@@ -65,7 +65,7 @@ def test_markers_are_distinct_and_drawn_afresh():
 
 
 def _request(lab: str, tmp_path: Path, metrics=("m.sum",), key=((("n", 1),), 0)) -> Request:
-    task = case_task(f"/labs/{lab}.so", {"name": "launch", "args": []}, {}, {}, str(tmp_path))
+    task = tool_case_task(f"/labs/{lab}.so", {"name": "launch", "args": []}, {}, {})
     dirs = RunDirs(tmp_path / lab / "in", tmp_path / lab / "out")
     return Request(lab, key, metrics, task, Isolation(Sandbox(None, reason="test")), 30.0, dirs, None, threading.Event())
 
@@ -217,7 +217,7 @@ def test_the_session_sees_the_inputs_of_every_lab(tmp_path):
         path = tmp_path / lab / "x.npy"
         path.write_text(f"input of {lab}\n")
         inputs.append(path)
-    tasks = [case_task("/none.so", {"name": "launch", "args": []}, {}, {"x": str(p)}, str(tmp_path)) for p in inputs]
+    tasks = [tool_case_task("/none.so", {"name": "launch", "args": []}, {}, {"x": str(p)}) for p in inputs]
     tool = ["/bin/sh", "-c", 'cat "$1" "$2" > "$3"', "sh", str(inputs[0]), str(inputs[1]), TOOL_LOG]
     run = run_under_tool(tool, marked_tasks(tasks, [1001, 1002]), RunDirs(tmp_path / "in", tmp_path / "out"), 30,
                          Isolation(sandbox))

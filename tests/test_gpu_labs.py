@@ -218,7 +218,9 @@ def test_a_repository_profiles_its_labs_in_one_session_with_the_verdicts_of_each
         "tiled_matmul": {"global_load_reduction": Outcome.FAIL},
     }
     assert {lab: {cid: c.outcome for cid, c in checks.items()} for lab, checks in together.items()} == expected
-    assert "profiler saw 1" in together["tiled_matmul"]["global_load_reduction"].message
+    # the profiler ignores the launcher's cudaProfilerStop(): the naive kernel behind the decoy is measured
+    hidden = together["tiled_matmul"]["global_load_reduction"]
+    assert "profiler saw" not in hidden.message and hidden.measured["ratio"] <= 1.1, hidden.message
     sessions = {c.measured.get("profile_session_cases") for lab, checks in together.items() for c in checks.values()
                 if lab != "tiled_matmul"}  # (a hidden kernel's failure carries no figures)
     # one session for the four labs' counter cases and memory_types' case profiled for the record of

@@ -269,8 +269,13 @@ def test_hostile_corpus_gets_exactly_its_verdicts(classroom):
     assert "catastrophic error: out of memory" in bomb or "took longer than 60 s" in bomb, bomb
     assert not (classroom.bob / "planted.cu").exists() and classroom.accepted == 0
     forged_reply = check("forge_worker_reply.cu", "correctness[width=16]").message
-    assert "your code interfered with the grader's worker" in forged_reply and "guard_violations" in forged_reply, forged_reply
+    assert "your code interfered with the grader's worker" in forged_reply and "kernels_launched" in forged_reply, forged_reply
     assert "internal grader error" not in forged_reply
+    # what the worker claims of the buffers is never asked: the trusted worker reads them itself
+    assert check("oob_write_claims_clean.cu", "correctness[width=16]").message.startswith("wrote outside P: 0 bytes changed before it")
+    assert "modified its input M" in check("tamper_inputs_claims_clean.cu", "correctness[width=16]").message
+    hidden = check("hide_from_profiler_claims_one.cu", "shared_memory_tiles").message
+    assert "decoy()" in hidden and "matmul_naive(" in hidden.split("ran:")[1], hidden
     placed = check("patch_worker_launched.cu", "shared_memory_tiles").message
     assert "judged on the kernels that ran: matmul_naive(" in placed and "matmul_tiled" not in placed.split("ran:")[1], placed
 

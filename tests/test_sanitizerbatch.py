@@ -14,7 +14,7 @@ from grader.runner import Isolation, RunDirs
 from grader.sandbox import Sandbox
 from grader.sanitizerbatch import SanitizerBatch, ToolRequest, sanitize_together
 from grader.toolrun import ToolRun
-from grader.worker.protocol import Kind, case_task
+from grader.worker.protocol import Kind, tool_case_task
 
 CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"
 FOUND = ("========= COMPUTE-SANITIZER\n========= Invalid __global__ write of size 4 bytes\n"
@@ -23,7 +23,7 @@ FOUND = ("========= COMPUTE-SANITIZER\n========= Invalid __global__ write of siz
 
 def _request(lab: str, tool: str, tmp: Path, check: str | None = None, kernels: tuple[str, ...] = ()) -> ToolRequest:
     dirs = RunDirs(tmp / lab / "in", tmp / lab / "out")
-    task = case_task(str(tmp / lab / "lib.so"), {"name": "f", "args": []}, {}, {}, str(dirs.outbox), memcpy_only=True)
+    task = tool_case_task(str(tmp / lab / "lib.so"), {"name": "f", "args": []}, {}, {})
     return ToolRequest(lab, check or f"{tool}_clean", tool, task, dirs, Isolation(Sandbox(None, reason="test"), read_only=(tmp / lab,)),
                        10.0, threading.Event(), frozenset(kernels or (f"{lab}_kernel",)))
 

@@ -100,9 +100,9 @@ class _TimingWorker:
         self.events = []  # (kind, time) of every task
         self.tasks = []
 
-    def run(self, task, limit):
+    def run(self, task, limit, fds=()):
         self.tasks.append(task)
-        time.sleep(self.delays.get(task["kind"], 0.0))
+        time.sleep(self.delays.get("export" if task.get("export") else task["kind"], 0.0))
         self.events.append((task["kind"], time.monotonic()))
         if task["kind"] == Kind.TIMING_OPEN.value:
             if self.fails_to_open:
@@ -110,14 +110,17 @@ class _TimingWorker:
             if self.out_of_memory:
                 self.out_of_memory -= 1
                 return TaskResult("out_of_memory", {}, reason="out of memory")
+            if task.get("export"):
+                return TaskResult("ok", {"share": "s1", "buffers": [{"name": "M", "size": 1 << 21, "host": False}]})
             return TaskResult("ok", {"device": {"name": "test"}})
         if task["kind"] == Kind.TIMING_SAMPLE.value:
             loading = all(lib != task["lib"] for lib, _ in self.samples)
             self.samples.append((task["lib"], task["gated"]))
             gate = self.gate_for.get(task["lib"], "expired" if loading else "held") if task["gated"] else "off"
             return TaskResult("ok", {"ms": 1.0, "wall_ms": 1.01, "gate": gate}, seconds=0.0011)
-        if task["kind"] == Kind.TIMING_INPUTS.value:
-            return TaskResult("ok", {"check_inputs": {"M": "timed_input_M.npy"}})
+        if task["kind"] == Kind.TIMING_CLOSE.value and task["out_dir"]:
+            return TaskResult("ok", {"check_outputs": {"P": "timed_output_P.npy"}, "check_inputs": {"M": "timed_input_M.npy"},
+                                     "inputs_modified": []})
         return TaskResult("ok", {})
 
 
@@ -132,15 +135,38 @@ def _measure(tmp_path, monkeypatch, student_gate=None):
     return timing.measure(sub, student, baselines), student, baselines
 
 
-def test_the_last_timed_inputs_are_generated_again_by_the_trusted_worker(tmp_path, monkeypatch):
-    """The timed output is checked against inputs the baselines' worker (no student code in it)
-    generates again from the seed, at the student's count of fresh inputs: never the student's copy."""
+def test_the_students_buffers_are_refilled_and_read_by_the_trusted_worker(tmp_path, monkeypatch):
+    """The student's worker only times calls on buffers the trusted worker shares: every fresh
+    input is the trusted worker's, and so is the reading of the last call's inputs and outputs."""
     m, student, baselines = _measure(tmp_path, monkeypatch)
-    refills = sum(t["kind"] == Kind.TIMING_PREPARE.value for t in student.tasks)
-    asked = [t for t in baselines.tasks if t["kind"] == Kind.TIMING_INPUTS.value]
-    assert refills > 10 and [t["count"] for t in asked] == [refills]
-    assert m.inputs == (Path(asked[0]["out_dir"]), {"M": "timed_input_M.npy"})
-    assert not any(t["kind"] == Kind.TIMING_INPUTS.value for t in student.tasks)
+    shared = [t for t in baselines.tasks if t.get("session", "").startswith("tiled_matmul/student-")]
+    opened = [t for t in shared if t["kind"] == Kind.TIMING_OPEN.value]
+    assert len(opened) == 1 and opened[0]["export"] and opened[0]["libs"] == {}
+    student_samples = [t for t in student.tasks if t["kind"] == Kind.TIMING_SAMPLE.value]
+    refills = [t for t in shared if t["kind"] == Kind.TIMING_PREPARE.value]
+    assert len(student_samples) > 10 and len(refills) == len(student_samples)
+    assert not any(t["kind"] == Kind.TIMING_PREPARE.value for t in student.tasks)  # no input of the student's own
+    student_open = next(t for t in student.tasks if t["kind"] == Kind.TIMING_OPEN.value)
+    assert student_open["share"] == "s1" and student_open["buffers"][0]["name"] == "M"
+    closes = [t for t in shared if t["kind"] == Kind.TIMING_CLOSE.value]
+    assert [bool(t["out_dir"]) for t in closes] == [True]  # read once, and that released them
+    assert m.inputs == (Path(closes[0]["out_dir"]), {"M": "timed_input_M.npy"})
+    assert m.closing["check_outputs"] == {"P": "timed_output_P.npy"}
+    student_close = next(t for t in student.tasks if t["kind"] == Kind.TIMING_CLOSE.value)
+    assert not student_close["out_dir"]  # the student's worker saves nothing
+
+
+def test_a_timing_that_fails_releases_the_students_buffers_in_the_trusted_worker(tmp_path, monkeypatch):
+    monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
+    sub = SimpleNamespace(spec=find_lab("tiled_matmul"), secret="s", archs=("sm_90",), cache_dir=tmp_path,
+                          library=tmp_path / "student.so", time_left=lambda limit=math.inf: 60.0, gpu=None)
+    student, baselines = _TimingWorker(tmp_path), _TimingWorker(tmp_path)
+    student.fails_to_open = True
+    with pytest.raises(timing.SampleFailed):
+        timing.measure(sub, student, baselines)
+    shared = [t for t in baselines.tasks if t.get("session", "").startswith("tiled_matmul/student-")]
+    assert [t["kind"] for t in shared] == [Kind.TIMING_OPEN.value, Kind.TIMING_CLOSE.value]
+    assert not shared[-1]["out_dir"]  # released, nothing read
 
 
 def test_calls_are_timed_behind_the_gate_while_it_holds(tmp_path, monkeypatch):
@@ -198,7 +224,8 @@ def test_a_rehearsal_opens_the_session_a_students_timing_then_finds_open_and_cal
     timing.rehearse(spec, ("sm_90",), tmp_path, "s", rehearsed)
     _, _, baselines = _measure(tmp_path, monkeypatch)  # the same archs, cache and secret
     # the worker keeps a session opened again with the same task: the first student's is rewound
-    assert rehearsed.tasks[0] == baselines.tasks[0] and rehearsed.tasks[0]["kind"] == Kind.TIMING_OPEN.value
+    first = next(t for t in baselines.tasks if t.get("session") == "tiled_matmul")  # the baselines', not the shared buffers'
+    assert rehearsed.tasks[0] == first and rehearsed.tasks[0]["kind"] == Kind.TIMING_OPEN.value
     names = timing.baselines_of(spec.benchmark)
     assert len(names) >= 2
     assert [(t["kind"], t["lib"], t.get("gated")) for t in rehearsed.tasks[1:]] == \
@@ -266,7 +293,8 @@ def test_a_lab_opens_while_the_last_labs_workers_end_and_is_timed_once_they_are_
     student, baselines, gone = _after_teardown(tmp_path, monkeypatch)
     for worker in (student, baselines):
         opens = [t for kind, t in worker.events if kind == Kind.TIMING_OPEN.value]
-        assert len(opens) == 1 and opens[0] < gone  # opened beside the exit
+        # opened beside the exit (the trusted worker opens the student's buffers, then the baselines)
+        assert len(opens) == (2 if worker is baselines else 1) and max(opens) < gone
     timed = [t for worker in (student, baselines) for kind, t in worker.events if kind == Kind.TIMING_SAMPLE.value]
     assert min(timed) >= gone
 
@@ -369,7 +397,7 @@ def test_a_worker_keeps_a_timing_session_per_lab_and_rewinds_one_opened_again_al
         def rewind(self):
             rewound.append(self.device["name"])
 
-        def save(self, out_dir):
+        def close(self, out_dir):
             return {"status": "ok"}
 
     monkeypatch.setattr(sampling, "TimingSession", Session)
@@ -400,7 +428,7 @@ def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatc
     assert trusted.baselines_worker("gpu-a", iso) is first and trusted.baselines_worker("gpu-b", iso) is not first
     inside, most = [], []
 
-    def run(self, task, limit):
+    def run(self, task, limit, fds=()):
         inside.append(task)
         most.append(len(inside))
         time.sleep(0.05)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,7 +25,18 @@ from grader.labs import find_lab
 from grader.outcome import Outcome, Stage
 from grader.runner import INTERFERED, Isolation, RunDirs, TaskResult, WorkerSession
 from grader.sandbox import Sandbox
-from grader.worker.protocol import LauncherSpec, Status, Task, case_task, marked_tasks, timing_sample
+from grader.worker.protocol import (
+    LauncherSpec,
+    SharedBuffer,
+    Status,
+    Task,
+    case_task,
+    marked_tasks,
+    read_task,
+    share_task,
+    timing_sample,
+    tool_case_task,
+)
 
 LAUNCHER = LauncherSpec(name="matmul", args=[
     {"name": n, "role": r, "dtype": "float32", "shape": ["width", "width"], "init": "nan", "ctype": "", "value": "", "host": False}
@@ -32,33 +45,36 @@ LAUNCHER = LauncherSpec(name="matmul", args=[
 
 
 def _case(memcpy_only: bool = False) -> Task:
-    return case_task("/lib.so", LAUNCHER, {"width": 16}, {"M": "/in/M.npy", "N": "/in/N.npy"}, "/out", 4, memcpy_only)
+    if memcpy_only:
+        return tool_case_task("/lib.so", LAUNCHER, {"width": 16}, {"M": "/in/M.npy", "N": "/in/N.npy"})
+    buffers = [SharedBuffer(name=n, size=2 << 20, host=False) for n in ("M", "N", "P")]
+    return case_task("/lib.so", LAUNCHER, {"width": 16}, "0123abcd", buffers, 4)
 
 
-GOOD_CASE = {"status": "ok", "seconds": 0.01, "outputs": {"P": "P.npy"}, "kernels_launched": ["matmul_tiled"],
-             "guard_violations": {}, "inputs_modified": []}
+def _read() -> Task:
+    return read_task("0123abcd", "/out", False, LAUNCHER)
+
+
+GOOD_CASE = {"status": "ok", "seconds": 0.01, "kernels_launched": ["matmul_tiled"]}
+GOOD_READ = {"status": "ok", "outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": []}
 
 
 def test_a_reply_of_the_shape_its_task_asks_for_is_accepted():
     assert replies.problem(_case(), GOOD_CASE) == ""
-    assert replies.problem(_case(), {**GOOD_CASE, "guard_violations": {"P": [0, 12]}, "inputs_modified": ["M"]}) == ""
+    assert replies.problem(_read(), GOOD_READ) == ""
+    assert replies.problem(_read(), {**GOOD_READ, "guard_violations": {"P": [0, 12]}, "inputs_modified": ["M"]}) == ""
     assert replies.problem(_case(True), {"status": "ok", "seconds": 0.0, "kernels_launched": None}) == ""
     assert replies.problem(_case(), {"status": "cuda_error", "error": "an illegal memory access", "sticky": True}) == ""
     assert replies.problem(timing_sample("student"), {"status": "ok", "ms": 0.2, "wall_ms": 0.21, "gate": "held"}) == ""
+    shared = {"status": "ok", "share": "0123abcd", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]}
+    assert replies.problem(share_task(LAUNCHER, {"width": 16}, {}, 4), shared) == ""
 
 
 @pytest.mark.parametrize("change,why", [
-    ({"outputs": ["P.npy"]}, "outputs not a mapping"),
-    ({"outputs": {"P": "../../etc/passwd"}}, "outputs P: not its own file"),
-    ({"outputs": {}}, "outputs lacks P"),
-    ({"outputs": {"P": "P.npy", "Q": "Q.npy"}}, "outputs names no such buffer: 'Q'"),
     ({"seconds": math.nan}, "seconds not a finite number"),
     ({"seconds": True}, "seconds not a finite number"),
     ({"kernels_launched": "matmul_tiled"}, "kernels_launched not a list of names"),
     ({"kernels_launched": ["k"] * 1000}, "kernels_launched not a list of names"),
-    ({"guard_violations": {"P": [0]}}, "guard_violations P: not two counts"),
-    ({"guard_violations": {"P": [-1, 0]}}, "guard_violations P: not two counts"),
-    ({"inputs_modified": ["X"]}, "inputs_modified names no such buffer: 'X'"),
     ({"status": "pass"}, "unknown status 'pass'"),
     ({"status": "timeout"}, "unknown status 'timeout'"),  # only the grader says so
 ])
@@ -66,10 +82,32 @@ def test_a_malformed_or_forged_case_reply_is_named(change, why):
     assert replies.problem(_case(), {**GOOD_CASE, **change}).startswith(why)
 
 
+@pytest.mark.parametrize("change,why", [
+    ({"outputs": ["P.npy"]}, "outputs not a mapping"),
+    ({"outputs": {"P": "../../etc/passwd"}}, "outputs P: not its own file"),
+    ({"outputs": {}}, "outputs lacks P"),
+    ({"outputs": {"P": "P.npy", "Q": "Q.npy"}}, "outputs names no such buffer: 'Q'"),
+    ({"guard_violations": {"P": [0]}}, "guard_violations P: not two counts"),
+    ({"guard_violations": {"P": [-1, 0]}}, "guard_violations P: not two counts"),
+    ({"inputs_modified": ["X"]}, "inputs_modified names no such buffer: 'X'"),
+])
+def test_a_reading_of_shared_buffers_of_the_wrong_shape_is_named(change, why):
+    """The trusted worker's reading is checked too: a wrong one is the grader's bug, never believed."""
+    assert replies.problem(_read(), {**GOOD_READ, **change}).startswith(why)
+
+
+def test_shared_buffers_must_be_one_per_array_of_the_launcher():
+    task = share_task(LAUNCHER, {"width": 16}, {}, 4)
+    two = {"status": "ok", "share": "x", "buffers": [{"name": n, "size": 1, "host": False} for n in "MN"]}
+    assert replies.problem(task, two) == "buffers not one buffer for each of M, N, P"
+    sizeless = {"status": "ok", "share": "x", "buffers": [{"name": n, "size": -1, "host": False} for n in "MNP"]}
+    assert replies.problem(task, sizeless).startswith("buffers a buffer of no size")
+
+
 def test_replies_missing_a_field_or_of_another_task_are_refused():
-    missing = dict(GOOD_CASE)
+    missing = dict(GOOD_READ)
     del missing["guard_violations"]
-    assert replies.problem(_case(), missing) == "no guard_violations"
+    assert replies.problem(_read(), missing) == "no guard_violations"
     assert replies.problem(timing_sample("student"), {"status": "ok", "ms": math.inf, "wall_ms": 0.1, "gate": "held"}).startswith("ms not")
     # a forged clock makes the worker's own readings anything finite: the grader bounds them with its own
     assert replies.problem(timing_sample("student"), {"status": "ok", "ms": -1.0, "wall_ms": 0.1, "gate": "held"}) == ""
@@ -109,13 +147,13 @@ def _one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, trust
         session.close()
 
 
-FORGED = json.dumps({"status": "ok", "seconds": 0.0, "outputs": ["P.npy"], "kernels_launched": []})
+FORGED = json.dumps({"status": "ok", "seconds": "no time at all", "kernels_launched": []})
 
 
 def test_a_forged_reply_is_a_verdict_against_the_submission_and_ends_the_worker(tmp_path, monkeypatch):
     result, ended = _one_case(tmp_path, monkeypatch, FORGED)
     assert result.status == Status.INTERFERED.value and ended
-    assert result.reason == f"{INTERFERED} (outputs not a mapping)"
+    assert result.reason == f"{INTERFERED} (seconds not a finite number: 'no time at all')"
     check = failure_from_task(result, "correctness[width=16]", Stage.CORRECTNESS, 2)
     assert check.outcome is Outcome.ERROR and check.message.startswith(INTERFERED)
     assert "internal grader error" not in check.message
@@ -123,7 +161,7 @@ def test_a_forged_reply_is_a_verdict_against_the_submission_and_ends_the_worker(
 
 def test_the_same_reply_from_the_grader_s_own_worker_is_the_grader_s_error(tmp_path, monkeypatch):
     result, _ = _one_case(tmp_path, monkeypatch, FORGED, trusted=True)
-    assert result.status == Status.WORKER_ERROR.value and "malformed reply: outputs not a mapping" in result.reason
+    assert result.status == Status.WORKER_ERROR.value and "malformed reply: seconds not a finite number" in result.reason
 
 
 def test_a_worker_error_once_student_code_is_loaded_is_the_submission_s(tmp_path, monkeypatch):
@@ -192,3 +230,69 @@ def test_a_lab_with_compiled_code_checks_and_no_counter_checks_profiles_a_case_f
     counted = find_lab("tiled_matmul")
     assert launched.list_check(counted) is None and launched.profiles_for(counted).checks == counted.counters
 
+
+
+class _Session:
+    """A test double of WorkerSession that answers each task kind as told (the real workers share
+    and read buffers in the GPU tests)."""
+
+    def __init__(self, tmp_path: Path, name: str, answer):
+        self.dirs = RunDirs(tmp_path / name / "in", tmp_path / name / "out")
+        self.answer, self.tasks, self.proc = answer, [], None
+
+    def run(self, task, limit, fds=()):
+        self.tasks.append((task, fds))
+        return self.answer(task)
+
+
+@pytest.mark.parametrize("guard,modified,expect", [
+    ({}, [], "correct"),
+    ({"P": [0, 8]}, [], "wrote outside P: 0 bytes changed before it, 8 after it"),
+    ({}, ["M"], "modified its input M"),
+])
+def test_a_case_is_judged_on_the_trusted_workers_reading_whatever_the_students_worker_says(tmp_path, guard, modified, expect):
+    """The student's worker only calls the launcher on buffers it is sent; what the call left (the
+    output, the guard words, the inputs) is the trusted worker's reading. A reply of the student's
+    worker that claims all is well, or carries outputs of its own, changes nothing."""
+    import numpy as np
+
+    from grader.correctness import grade_case
+    from grader.labs import load_problem
+    from grader.worker.protocol import Kind
+
+    spec = find_lab("tiled_matmul")
+    case = spec.correctness.cases[0]
+    problem = load_problem(spec)
+
+    def trusted_answer(task):
+        if task["kind"] == Kind.SHARE.value:
+            inputs = {k: np.load(v) for k, v in task["inputs"].items()}
+            trusted_answer.want = problem.expected(inputs, dict(case.params))
+            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]}, fds=(7, 8, 9))
+        if task["kind"] == Kind.READ.value:
+            Path(task["out_dir"]).mkdir(parents=True)
+            np.save(Path(task["out_dir"]) / "P.npy", trusted_answer.want["P"].astype(np.float32))
+            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": guard, "inputs_modified": modified})
+        return TaskResult("ok", {})
+
+    forged = {"seconds": 0.001, "kernels_launched": ["matmul_tiled"], "guard_violations": {}, "inputs_modified": [],
+              "outputs": {"P": "P.npy"}}
+    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", forged))
+    trusted = _Session(tmp_path, "trusted", trusted_answer)
+    sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
+                          time_left=lambda limit=math.inf: 60.0)
+    closed = []
+    real_close = os.close
+    try:
+        os.close = lambda fd: closed.append(fd) if fd in (7, 8, 9) else real_close(fd)
+        check = grade_case(sub, student, trusted, case, "case0")
+    finally:
+        os.close = real_close
+    assert check.message.startswith(expect) if expect != "correct" else check.outcome is Outcome.PASS
+    assert check.outcome is (Outcome.PASS if expect == "correct" else Outcome.FAIL)
+    sent = [t for t, _ in student.tasks]
+    assert [t["kind"] for t in sent] == [Kind.CASE.value] * case.repeat and all(fds == (7, 8, 9) for _, fds in student.tasks)
+    assert sent[0]["share"] == "s1" and "inputs" not in sent[0]  # the student's worker gets buffers, not files
+    kinds = [t["kind"] for t, _ in trusted.tasks]
+    assert kinds == [Kind.SHARE.value, *[Kind.READ.value] * case.repeat, Kind.DROP.value]
+    assert sorted(closed) == [7, 8, 9]  # the grader's copies of the descriptors are closed

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -81,65 +82,145 @@ def library(path: str, launcher: LauncherSpec) -> Library:
     return _LIBS[key]
 
 
+@dataclass(frozen=True)
+class Slot:
+    """One array parameter of the launcher as laid out in memory: its body, with ``guard_bytes``
+    of canary before and after it (outputs only)."""
+
+    name: str
+    role: str  # input or output
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    host: bool
+    fill: Any  # what an output's body holds before the call
+    guard_bytes: int
+
+    @property
+    def body_bytes(self) -> int:
+        return (int(np.prod(self.shape)) if self.shape else 1) * self.dtype.itemsize
+
+    @property
+    def total_bytes(self) -> int:
+        return self.body_bytes + 2 * self.guard_bytes
+
+
+def layout(launcher: LauncherSpec, params: dict[str, Any], guard: int) -> list[Slot | Any]:
+    """The launcher's parameters in order: a :class:`Slot` per array, a ctypes value per scalar."""
+    out: list[Slot | Any] = []
+    for a in launcher["args"]:
+        if a["role"] == "scalar":
+            out.append(CTYPES[a["ctype"]](expr.evaluate(a["value"], params)))  # type: ignore[arg-type]
+            continue
+        dtype = np.dtype(a["dtype"])
+        shape = tuple(int(expr.evaluate(s, params)) for s in a["shape"])
+        fill: Any = 0
+        if a["role"] == "output" and a.get("init", "nan") == "nan":
+            fill = np.nan if dtype.kind == "f" else np.iinfo(dtype).max
+        out.append(Slot(a["name"], a["role"], dtype, shape, bool(a.get("host")), fill,
+                        guard * dtype.itemsize if a["role"] == "output" else 0))
+    return out
+
+
+def address(slot: Slot, base: int) -> int:
+    """What the launcher gets for ``slot`` held at ``base``: NULL for an empty input."""
+    if slot.role == "input" and slot.body_bytes == 0:
+        return 0
+    return base + slot.guard_bytes
+
+
+#: How a Buffers gets memory: (slot, host) -> a flat uint8 array (CuPy for device, numpy for host).
+Allocator = Callable[[Slot, bool], Any]
+
+
 class Buffers:
-    """Device buffers for one call, in launcher order, with canary guards around outputs."""
+    """Device buffers for one call, in launcher order, with canary guards around outputs.
+
+    ``allocate`` gives each array its memory (by default CuPy's pool and numpy); the trusted
+    worker passes one whose memory it can share with the student's worker (``owned``)."""
 
     def __init__(self, cp: Any, launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, np.ndarray], guard: int,
-                 memcpy_only: bool = False):
+                 memcpy_only: bool = False, allocate: Allocator | None = None):
         self.cp = cp
         self.args: list[Any] = []  # ctypes scalars and device pointers, in launcher order
         self.inputs: dict[str, Any] = {}  # device arrays (numpy ones for host inputs)
         self.host_inputs: dict[str, np.ndarray] = {}
         self.outputs: dict[str, Any] = {}  # the body of each output buffer
         self.raw: dict[str, Any] = {}  # each output with its guards
-        self.guard_bytes: dict[str, int] = {}
+        self.slots: list[Slot] = []
         self.launcher = launcher
-        for a in launcher["args"]:
-            name = a["name"]
-            if a["role"] == "scalar":
-                self.args.append(CTYPES[a["ctype"]](expr.evaluate(a["value"], params)))  # type: ignore[arg-type]
+        self.memcpy_only = memcpy_only
+        allocate = allocate or self._allocate
+        for item in layout(launcher, params, guard):
+            if not isinstance(item, Slot):
+                self.args.append(item)
                 continue
-            shape = tuple(int(expr.evaluate(s, params)) for s in a["shape"])
-            dtype = np.dtype(a["dtype"])
-            if a["role"] == "input":
-                host = np.ascontiguousarray(inputs[name], dtype=dtype).reshape(shape)
-                self.host_inputs[name] = host
-                if a.get("host"):
-                    self.inputs[name] = host.copy()
-                    self.args.append(self.inputs[name].ctypes.data)
-                else:
-                    dev = cp.asarray(host)
-                    self.inputs[name] = dev
-                    self.args.append(dev.data.ptr if dev.size else 0)
+            slot = item
+            self.slots.append(slot)
+            raw = allocate(slot, slot.host)
+            if slot.role == "input":
+                host = np.ascontiguousarray(inputs[slot.name], dtype=slot.dtype).reshape(slot.shape)
+                self.host_inputs[slot.name] = host
+                view = raw[: slot.body_bytes].view(slot.dtype).reshape(slot.shape)
+                self.inputs[slot.name] = view
+                self._put(view, host)
+                self.args.append(address(slot, self._pointer(raw)))
                 continue
-            n = int(np.prod(shape)) if shape else 1
-            fill = np.nan if a.get("init", "nan") == "nan" and dtype.kind == "f" else 0
-            if a.get("init", "nan") == "nan" and dtype.kind != "f":
-                fill = np.iinfo(dtype).max
-            gb = guard * dtype.itemsize
-            if memcpy_only:  # no CuPy kernels at all, so that only student kernels get profiled
-                host_raw = np.full(n * dtype.itemsize + 2 * gb, CANARY, dtype=np.uint8)
-                host_raw[gb : gb + n * dtype.itemsize].view(dtype)[:] = fill
-                raw = cp.asarray(host_raw)
-            else:
-                raw = cp.empty(n * dtype.itemsize + 2 * gb, dtype=cp.uint8)
-                raw.fill(CANARY)
-                raw[gb : gb + n * dtype.itemsize].view(dtype).fill(fill)
-            body = raw[gb : gb + n * dtype.itemsize].view(dtype).reshape(shape)
-            self.raw[name], self.guard_bytes[name], self.outputs[name] = raw, gb, body
-            self.args.append(raw.data.ptr + gb if raw.size else 0)
+            body = raw[slot.guard_bytes : slot.guard_bytes + slot.body_bytes].view(slot.dtype).reshape(slot.shape)
+            self.raw[slot.name], self.outputs[slot.name] = raw, body
+            self.arm(slot.name)
+            self.args.append(address(slot, self._pointer(raw)))
+
+    def _allocate(self, slot: Slot, host: bool) -> Any:
+        if host:
+            return np.empty(slot.total_bytes, dtype=np.uint8)
+        if self.memcpy_only and slot.role == "output":  # no CuPy kernels: only student kernels get profiled
+            return self.cp.asarray(np.empty(slot.total_bytes, dtype=np.uint8))
+        return self.cp.empty(slot.total_bytes, dtype=self.cp.uint8)
+
+    @staticmethod
+    def _pointer(raw: Any) -> int:
+        if isinstance(raw, np.ndarray):
+            return int(raw.ctypes.data)
+        return int(raw.data.ptr) if raw.size else 0
+
+    def arm(self, name: str) -> None:
+        """Canary guards around output ``name`` and its fill value in the body."""
+        slot = next(s for s in self.slots if s.name == name)
+        raw = self.raw[name]  # the buffer with its guards, or more (then canary all the way)
+        if self.memcpy_only:  # filled on the host and copied: no CuPy kernel
+            host = np.full(slot.total_bytes, CANARY, dtype=np.uint8)
+            host[slot.guard_bytes : slot.guard_bytes + slot.body_bytes].view(slot.dtype)[:] = slot.fill
+            raw.set(host)
+            return
+        raw.fill(CANARY)
+        self.outputs[name].fill(slot.fill)
+
+    def rearm(self) -> None:
+        """Outputs and guards as before the first call, inputs as generated: ready for another call."""
+        for name in self.raw:
+            self.arm(name)
+        for name, value in self.inputs.items():
+            self._put(value, self.host_inputs[name])
+
+    @staticmethod
+    def _put(target: Any, host: np.ndarray) -> None:
+        """Copy ``host`` into ``target`` (a copy, never a CuPy kernel)."""
+        if isinstance(target, np.ndarray):
+            target[...] = host
+        elif host.size:
+            target.set(host)
 
     def guard_violations(self) -> dict[str, list[int]]:
         bad = {}
-        for name, raw in self.raw.items():
-            gb = self.guard_bytes[name]
-            if gb == 0:
+        for slot in self.slots:
+            gb = slot.guard_bytes
+            if slot.role != "output" or gb == 0:
                 continue
-            host = raw.get()
+            host = self.raw[slot.name].get()  # the guards, and past the after guard whatever the raw array spans
             before = int(np.count_nonzero(host[:gb] != CANARY))
-            after = int(np.count_nonzero(host[len(host) - gb :] != CANARY))
+            after = int(np.count_nonzero(host[gb + slot.body_bytes :] != CANARY))
             if before or after:
-                bad[name] = [before, after]
+                bad[slot.name] = [before, after]
         return bad
 
     def modified_inputs(self) -> list[str]:

@@ -12,35 +12,60 @@ from typing import Any
 
 import numpy as np
 
+from . import owned, shared
 from .buffers import Buffers, StudentCudaError, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
-from .protocol import MARK_KERNEL, Kind, Reply, Status, Task
+from .owned import Mapped
+from .protocol import MARK_KERNEL, Kind, Reply, Status, Task, makes_shared
 from .sampling import run_timing
 
 
 def run_case(cp: Any, task: Task) -> Reply:
-    """One call of the launcher (``protocol.case_task``)."""
+    """One call of the launcher (``protocol.case_task`` or ``protocol.tool_case_task``)."""
     lib = library(task["lib"], task["launcher"])
-    inputs = {k: np.load(v) for k, v in task["inputs"].items()}
-    out_dir = Path(task["out_dir"])
-    bufs = Buffers(cp, task["launcher"], task["params"], inputs, task.get("guard", 0), task.get("memcpy_only", False))
-    cp.cuda.Device().synchronize()
-    lib.launched(reset=True)
-    t0 = time.perf_counter()
-    lib.call(bufs.args)
-    lib.check()
-    seconds = time.perf_counter() - t0
-    result: Reply = {"status": Status.OK.value, "seconds": seconds, "outputs": {}, "kernels_launched": lib.launched()}
+    mapped = bufs = None  # held until the call is over: their memory is the call's
     if task.get("memcpy_only"):
-        return result
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, arr in bufs.outputs.items():
-        path = out_dir / f"{name}.npy"
-        np.save(path, arr.get())
-        result["outputs"][name] = path.name
-    result["guard_violations"] = bufs.guard_violations()
-    result["inputs_modified"] = bufs.modified_inputs()
-    return result
+        inputs = {k: np.load(v) for k, v in task["inputs"].items()}
+        bufs = Buffers(cp, task["launcher"], task["params"], inputs, 0, memcpy_only=True)
+        args = bufs.args
+    else:
+        mapped = Mapped(task["share"], task["buffers"], int(cp.cuda.Device().id))
+        args = mapped.args(task["launcher"], task["params"], int(task.get("guard", 0)))
+    try:
+        cp.cuda.Device().synchronize()
+        lib.launched(reset=True)
+        t0 = time.perf_counter()
+        lib.call(args)
+        lib.check()
+        seconds = time.perf_counter() - t0
+    finally:
+        if mapped is not None:
+            mapped.release()
+        del bufs
+    return {"status": Status.OK.value, "seconds": seconds, "kernels_launched": lib.launched()}
+
+
+def share_case(cp: Any, task: Task) -> Reply:
+    """(Trusted worker.) A call's buffers allocated to share (``protocol.share_task``)."""
+    inputs = {k: np.load(v) for k, v in task["inputs"].items()}
+    call = owned.OwnedCall(cp, task["launcher"], task["params"], inputs, int(task.get("guard", 0)))
+    owned.keep(call)
+    return {"status": Status.OK.value, "share": call.id, "buffers": list(call.owned.described), "_fds": call.owned.fds()}
+
+
+def read_case(cp: Any, task: Task) -> Reply:
+    """(Trusted worker.) What the student's call left in shared buffers (``protocol.read_task``)."""
+    call = owned.find(task["share"])
+    Path(task["out_dir"]).mkdir(parents=True, exist_ok=True)
+    try:
+        found = call.read(task["out_dir"])
+        if task.get("keep"):
+            call.bufs.rearm()
+            cp.cuda.Device().synchronize()
+    finally:
+        if not task.get("keep"):
+            owned.drop(task["share"])
+    return {"status": Status.OK.value, **found}
 
 
 def run_marked(cp: Any, task: Task) -> Reply:
@@ -63,13 +88,20 @@ def run_task(cp: Any, task: Task) -> Reply:
             return run_case(cp, task)
         if task["kind"] == Kind.MARKED.value:
             return run_marked(cp, task)
+        if task["kind"] == Kind.SHARE.value:
+            return share_case(cp, task)
+        if task["kind"] == Kind.READ.value:
+            return read_case(cp, task)
+        if task["kind"] == Kind.DROP.value:
+            owned.drop(task["share"])
+            return {"status": Status.OK.value}
         if task["kind"].startswith("timing_"):
             return run_timing(cp, task)
         return {"status": Status.WORKER_ERROR.value, "error": f"unknown task kind {task['kind']!r}"}
     except StudentCudaError as exc:
         return {"status": Status.CUDA_ERROR.value, "error": str(exc), "sticky": exc.sticky}
     except Exception as exc:
-        if _out_of_memory(cp, exc):
+        if _out_of_memory(cp, exc) or (isinstance(exc, shared.SharingError) and exc.out_of_memory):
             return {"status": Status.OUT_OF_MEMORY.value, "error": _memory_left(cp)}
         return {"status": Status.WORKER_ERROR.value, "error": traceback.format_exc()}
 
@@ -125,8 +157,14 @@ def serve() -> int:
             return 0
         result = run_task(cp, task)
         sys.stdout.flush()
+        fds = result.pop("_fds", None)
+        if fds is not None:  # shared buffers' descriptors go first, on the socket, tagged with their id
+            try:
+                shared.send_fds(owned.share_socket(), str(result["share"]), fds)
+            except (OSError, shared.SharingError) as exc:
+                result = {"status": Status.WORKER_ERROR.value, "error": f"could not pass shared buffers: {exc}"}
         send({"event": "result", "id": task.get("id"), **result})
-        if result.get("sticky") or result["status"] == Status.OUT_OF_MEMORY.value:
+        if result.get("sticky") or (result["status"] == Status.OUT_OF_MEMORY.value and not makes_shared(task)):
             return 0  # the CUDA context is broken or full: the parent starts a fresh worker
     return 0
 

@@ -30,8 +30,10 @@ class Kind(str, enum.Enum):
     TIMING_PREPARE = "timing_prepare"
     TIMING_SAMPLE = "timing_sample"
     TIMING_CLOSE = "timing_close"
-    TIMING_INPUTS = "timing_inputs"
     MARKED = "marked"
+    SHARE = "share"
+    READ = "read"
+    DROP = "drop"
     QUIT = "quit"
 
 
@@ -51,6 +53,15 @@ class ArgSpec(TypedDict):
 class LauncherSpec(TypedDict):
     name: str
     args: list[ArgSpec]
+
+
+class SharedBuffer(TypedDict):
+    """One buffer the trusted worker shares: the launcher parameter it holds, the size of its
+    mapping and whether it is host memory (a memfd) or device memory."""
+
+    name: str
+    size: int
+    host: bool
 
 
 class Task(TypedDict, total=False):
@@ -73,25 +84,62 @@ class Task(TypedDict, total=False):
     session: str  # timing tasks: which of the worker's open timing sessions (the lab)
     tasks: list["Task"]
     marks: list[int]
-    count: int  # timing_inputs: the inputs of the call after this many refills
+    share: str  # the id of buffers the trusted worker shares (their descriptors come tagged with it)
+    buffers: list[SharedBuffer]
+    keep: bool
+    export: bool
 
 
 Reply = dict[str, Any]  # {"status": Status value, ...}; the fields each task's reply holds are below
 
 
-def case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str], out_dir: str,
-              guard: int = 0, memcpy_only: bool = False) -> Task:
-    """Run the launcher once on ``inputs`` (.npy paths). Reply: ``seconds``, ``outputs`` (file names
-    in ``out_dir``), ``kernels_launched`` (names, or None when some launch had none),
-    ``guard_violations`` ({output: [bytes before, bytes after]}), ``inputs_modified``.
-    ``memcpy_only``: no CuPy kernels, no outputs (for profilers and sanitizers)."""
-    return Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, inputs=inputs, out_dir=out_dir,
-                guard=guard, memcpy_only=memcpy_only)
+def case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], share: str, buffers: list[SharedBuffer],
+              guard: int = 0) -> Task:
+    """Run the launcher once on the buffers the trusted worker shared as ``share`` (their
+    descriptors arrive on the worker's socket). Reply: ``seconds``, ``kernels_launched`` (names,
+    or None when some launch had none). What the call left in the buffers is read by the
+    trusted worker (``read_task``), never reported by this one."""
+    return Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, share=share, buffers=buffers, guard=guard)
+
+
+def tool_case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str]) -> Task:
+    """Run the launcher once on ``inputs`` (.npy paths) in buffers of the worker's own, with no CuPy
+    kernel and nothing read back (under a profiler or sanitizer). Reply: ``seconds``, ``kernels_launched``."""
+    return Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, inputs=inputs, memcpy_only=True)
+
+
+def share_task(launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str], guard: int) -> Task:
+    """(Trusted worker.) Allocate a call's buffers to share: inputs from ``inputs`` (.npy paths),
+    outputs filled, ``guard`` elements of canary around each. Reply: ``share`` (an id) and
+    ``buffers``; their descriptors follow on the worker's socket, tagged with the id."""
+    return Task(kind=Kind.SHARE.value, launcher=launcher, params=params, inputs=inputs, guard=guard)
+
+
+def read_task(share: str, out_dir: str, keep: bool, launcher: LauncherSpec) -> Task:
+    """(Trusted worker.) Read what the calls left in shared buffers: reply ``outputs`` (file names
+    in ``out_dir``), ``guard_violations`` ({output: [bytes before, bytes after]}),
+    ``inputs_modified``. With ``keep`` the buffers are filled again for another call; without,
+    released."""
+    return Task(kind=Kind.READ.value, share=share, out_dir=out_dir, keep=keep, launcher=launcher)
+
+
+def makes_shared(task: Task) -> bool:
+    """A trusted worker's task of making shared buffers. Where the GPU's memory is taken then, it is
+    another process's: the worker goes on (a worker that runs out otherwise ends, to free its own)."""
+    return task.get("kind") == Kind.SHARE.value or bool(task.get("export"))
+
+
+def drop_task(share: str) -> Task:
+    """(Trusted worker.) Release shared buffers, whatever became of the call."""
+    return Task(kind=Kind.DROP.value, share=share)
 
 
 def timing_open(libs: dict[str, str], launcher: LauncherSpec, params: dict[str, Any], problem: str, seed: int,
                 measure_copy: bool = False) -> Task:
-    """Generate inputs with the lab's ``problem`` module and load ``libs``. Reply: ``device``."""
+    """Generate inputs with the lab's ``problem`` module and load ``libs``. Reply: ``device``.
+    With ``export`` (trusted worker, no libs) the buffers are made to share, refilled by each
+    ``timing_prepare``: reply ``share`` and ``buffers``, their descriptors on the socket. With
+    ``share`` and ``buffers`` (student's worker) the calls run on those, mapped: nothing generated."""
     return Task(kind=Kind.TIMING_OPEN.value, libs=libs, launcher=launcher, params=params, problem=problem, seed=seed,
                 measure_copy=measure_copy)
 
@@ -108,16 +156,10 @@ def timing_sample(lib: str, gated: bool = True) -> Task:
 
 
 def timing_close(out_dir: str) -> Task:
-    """Save the last call's outputs. Reply: ``check_outputs`` (file names in ``out_dir``),
-    ``inputs_modified``."""
+    """End a timing session. The trusted worker's session of a student's buffers saves the last
+    call's outputs and inputs first: reply ``check_outputs`` and ``check_inputs`` (file names in
+    ``out_dir``), ``inputs_modified``. With no ``out_dir``, or in any other session, nothing is saved."""
     return Task(kind=Kind.TIMING_CLOSE.value, out_dir=out_dir)
-
-
-def timing_inputs(count: int, out_dir: str) -> Task:
-    """Generate again the inputs a session of the same seed timed after ``count`` refills, and
-    save them (a trusted worker does this for the student's last timed call). Reply:
-    ``check_inputs`` (file names in ``out_dir``)."""
-    return Task(kind=Kind.TIMING_INPUTS.value, count=count, out_dir=out_dir)
 
 
 def marked_tasks(tasks: list[Task], marks: list[int]) -> Task:

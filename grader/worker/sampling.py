@@ -5,15 +5,17 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import secrets
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
-from .buffers import Buffers, library
+from .buffers import Allocator, Buffers, Library, library
 from .device import device_info, measure_copy_bandwidth
+from .owned import Mapped, Owned
 from .protocol import Kind, Reply, Status, Task
 
 
@@ -113,37 +115,24 @@ class ByteCompare:
         return not int(self.flag.get()[0])
 
 
-class TimingSession:
-    """Timed calls of one or more libraries on shared buffers, driven one sample at a time.
+class TimedInputs:
+    """The buffers of timed calls and their inputs: fresh ones before every call, checked
+    unchanged after it, the last call's outputs saved at the close.
 
-    The parent interleaves samples across workers (the baselines run in a worker of their own)
-    and decides when to stop. Each sample gets fresh inputs, NaN-filled outputs, a flushed L2
-    and no persisting L2 lines; it is timed with events on the legacy stream (behind a ``Gate``
-    unless the grader turned it off) and bounded by the wall clock up to a device-wide
-    synchronize, so work left on another stream or deferred past the return still counts.
-    """
+    The baselines' session holds one; so does the trusted worker for a student's calls, in
+    memory it shares with the student's worker (``allocate``): what those calls ran on and left
+    is then read here, where no student code runs."""
 
-    def __init__(self, cp: Any, task: Task):
+    def __init__(self, cp: Any, task: Task, l2_bytes: int, allocate: Allocator | None = None):
         self.cp = cp
         self.params = task["params"]
         self.problem = load_problem(task["problem"])
-        self.libs = {n: library(path, task["launcher"]) for n, path in task["libs"].items()}
         self.seed = int(task["seed"])
         fresh = self.problem.generate(self.params, self.seed, cp)
         host = {k: cp.asnumpy(v) if not isinstance(v, np.ndarray) else v for k, v in fresh.items()}
-        self.bufs = Buffers(cp, task["launcher"], self.params, host, 0)
+        self.bufs = Buffers(cp, task["launcher"], self.params, host, 0, allocate=allocate)
         self.pristine = {k: v.copy() for k, v in self.bufs.inputs.items()}  # the grader's own copy
-        self.device = device_info(cp)
-        if task.get("measure_copy"):
-            self.device["copy_gbps"] = measure_copy_bandwidth(cp)
-        self.flush = cp.zeros(max(2 * self.device["l2_bytes"], 16 << 20) // 4, dtype=cp.int32)
-        self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
-        self.gate: Gate | None = None
-        self.no_gate = ""  # why there is no gate
-        try:
-            self.gate = Gate(cp)
-        except Exception as exc:  # timed without one, as the grader then times every kernel
-            self.no_gate = f"unavailable: {type(exc).__name__}: {exc}"
+        self.flush = cp.zeros(max(2 * l2_bytes, 16 << 20) // 4, dtype=cp.int32)
         self.count = 0
         self.tampered: set[str] = set()
         self.compare = ByteCompare(cp)
@@ -160,8 +149,12 @@ class TimingSession:
         """The inputs of the call after ``count`` refills: any session of the same seed makes the same."""
         return dict(self.problem.generate(self.params, (self.seed + 7919 * count) % (1 << 32), self.cp))
 
-    def _refill(self) -> None:
+    def refill(self) -> None:
+        """Check the last call left its inputs alone, then fresh inputs, NaN-filled outputs and a
+        flushed L2 (read twice its size: it is left holding clean lines; written ones, a fill,
+        were written back during the timed call, 8% of a 0.1 ms kernel on an H100)."""
         cp = self.cp
+        self.tampered |= self._modified_inputs()
         self.count += 1
         new = self.generated(self.count)
         for name, value in new.items():
@@ -173,28 +166,59 @@ class TimingSession:
             copy[...] = target
         for out in self.bufs.outputs.values():
             out.fill(np.nan if out.dtype.kind == "f" else 0)
-
-    def prepare(self, name: str) -> Reply:
-        """Everything before a timed call, as a task of its own: the grader times the call's
-        round trip alone and bounds the reported time with it."""
-        self._refill()
-        # L2 flushed by reading twice its size: it is left holding clean lines. Written ones (a
-        # fill) were written back during the timed call, 8% of a 0.1 ms kernel on an H100.
         self.flush.sum()
-        self.libs[name].reset_l2()
+
+    def _modified_inputs(self) -> set[str]:
+        return {key for key, value in self.bufs.inputs.items()
+                if not (value.tobytes() == self.pristine[key].tobytes() if isinstance(value, np.ndarray)
+                        else self.compare.same(value, self.pristine[key]))}
+
+    def save(self, out_dir: Path) -> Reply:
+        """The outputs of the last call and the inputs it was given, for the parent's check."""
         self.cp.cuda.Device().synchronize()
-        return {"status": Status.OK.value}
+        self.tampered |= self._modified_inputs()
+        outputs, inputs = {}, {}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, value in self.bufs.outputs.items():
+            outputs[name] = f"timed_output_{name}.npy"
+            np.save(out_dir / outputs[name], value.get())
+        for name, value in self.pristine.items():
+            inputs[name] = f"timed_input_{name}.npy"
+            np.save(out_dir / inputs[name], value if isinstance(value, np.ndarray) else value.get())
+        return {"status": Status.OK.value, "check_outputs": outputs, "check_inputs": inputs, "inputs_modified": sorted(self.tampered)}
+
+
+class TimedCalls:
+    """Timed calls of one or more libraries on given arguments, one sample at a time.
+
+    Each call is timed with events on the legacy stream (behind a ``Gate`` unless the grader
+    turned it off) and bounded by the wall clock up to a device-wide synchronize, so work left on
+    another stream or deferred past the return still counts. Each call resets persisting L2 lines
+    first, outside its timed part: the baselines' round trips then hold what the student's do, and
+    bound its time alike."""
+
+    def __init__(self, cp: Any, libs: dict[str, Library], args: list[Any]):
+        self.cp, self.libs, self.args = cp, libs, args
+        self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
+        self.gate: Gate | None = None
+        self.no_gate = ""  # why there is no gate
+        try:
+            self.gate = Gate(cp)
+        except Exception as exc:  # timed without one, as the grader then times every kernel
+            self.no_gate = f"unavailable: {type(exc).__name__}: {exc}"
 
     def sample(self, name: str, gated: bool) -> Reply:
         """One timed call. Behind a gate, the wall clock runs from the gate's opening (the work
         starts then); without one, from the call."""
         cp, lib = self.cp, self.libs[name]
+        lib.reset_l2()
+        cp.cuda.Device().synchronize()
         gate = self.gate if gated else None
         if gate is not None:
             gate.hold()
         self.start.record()
         t0 = time.perf_counter()
-        lib.call(self.bufs.args)
+        lib.call(self.args)
         self.end.record()
         if gate is not None:
             t0 = time.perf_counter()
@@ -203,54 +227,138 @@ class TimingSession:
         lib.check()  # device-wide synchronize: work left on other streams is waited for
         wall = (time.perf_counter() - t0) * 1e3
         ms = cp.cuda.get_elapsed_time(self.start, self.end)
-        self.tampered |= self._modified_inputs()
         if gate is not None:
             state = "expired" if gate.expired else "held"
         else:
             state = self.no_gate if gated else "off"
         return {"status": Status.OK.value, "ms": ms, "wall_ms": wall, "gate": state}
 
-    def _modified_inputs(self) -> set[str]:
-        return {key for key, value in self.bufs.inputs.items()
-                if not (value.tobytes() == self.pristine[key].tobytes() if isinstance(value, np.ndarray)
-                        else self.compare.same(value, self.pristine[key]))}
 
-    def save(self, out_dir: Path) -> Reply:
-        """The outputs of the last call, for the parent to check against the inputs a trusted
-        worker generates again (``save_inputs``): the student's worker is not asked for them."""
-        outputs = {}
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, value in self.bufs.outputs.items():
-            outputs[name] = f"timed_output_{name}.npy"
-            np.save(out_dir / outputs[name], value.get())
-        return {"status": Status.OK.value, "check_outputs": outputs, "inputs_modified": sorted(self.tampered)}
+class TimingSession:
+    """The baselines' timing: their inputs and their calls in one (trusted) process."""
 
-    def save_inputs(self, count: int, out_dir: Path) -> Reply:
-        """The inputs a session of this seed timed after ``count`` refills, saved to ``out_dir``."""
-        inputs = {}
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for name, value in self.generated(count).items():
-            inputs[name] = f"timed_input_{name}.npy"
-            np.save(out_dir / inputs[name], value if isinstance(value, np.ndarray) else self.cp.asnumpy(value))
-        return {"status": Status.OK.value, "check_inputs": inputs}
+    def __init__(self, cp: Any, task: Task):
+        self.cp = cp
+        self.device = device_info(cp)
+        if task.get("measure_copy"):
+            self.device["copy_gbps"] = measure_copy_bandwidth(cp)
+        self.timed = TimedInputs(cp, task, self.device["l2_bytes"])
+        self.libs = {n: library(path, task["launcher"]) for n, path in task["libs"].items()}
+        self.calls = TimedCalls(cp, self.libs, self.timed.bufs.args)
+
+    def rewind(self) -> None:
+        self.timed.rewind()
+
+    def prepare(self, name: str) -> Reply:
+        """Everything before a timed call, as a task of its own: the grader times the call's
+        round trip alone and bounds the reported time with it."""
+        self.timed.refill()
+        self.cp.cuda.Device().synchronize()
+        return {"status": Status.OK.value}
+
+    def sample(self, name: str, gated: bool) -> Reply:
+        return self.calls.sample(name, gated)
+
+    def close(self, out_dir: Path | None) -> Reply:
+        return self.timed.save(out_dir) if out_dir else {"status": Status.OK.value}
 
 
-#: Open timing sessions by key (a task's ``session``, the lab): a trusted worker that times the
-#: baselines of every lab keeps each lab's open, with what it was opened with.
-_TIMING: dict[str, tuple[str, TimingSession]] = {}
+class SharedTiming:
+    """(Trusted worker.) The buffers of a student's timed calls, shared with the student's worker:
+    refilled here before each call, read here at the close."""
+
+    def __init__(self, cp: Any, task: Task):
+        self.cp = cp
+        self.owned = Owned(cp)
+        try:
+            self.timed = TimedInputs(cp, task, device_info(cp)["l2_bytes"], allocate=self.owned.allocate)
+            cp.cuda.Device().synchronize()
+        except BaseException:
+            self.owned.release()
+            raise
+        self.share = secrets.token_hex(8)
+
+    def rewind(self) -> None:
+        self.timed.rewind()
+
+    def opened(self) -> Reply:
+        return {"status": Status.OK.value, "share": self.share, "buffers": list(self.owned.described), "_fds": self.owned.fds()}
+
+    def prepare(self, name: str) -> Reply:
+        self.timed.refill()
+        self.cp.cuda.Device().synchronize()
+        return {"status": Status.OK.value}
+
+    def sample(self, name: str, gated: bool) -> Reply:
+        return {"status": Status.WORKER_ERROR.value, "error": "the trusted worker does not call a student's library"}
+
+    def close(self, out_dir: Path | None) -> Reply:
+        try:
+            return self.timed.save(out_dir) if out_dir else {"status": Status.OK.value}
+        finally:
+            del self.timed
+            self.owned.release()
+
+
+class MappedTiming:
+    """(Student's worker.) Timed calls of the student's library on buffers the trusted worker
+    shares and refills; nothing about them is reported from here."""
+
+    def __init__(self, cp: Any, task: Task):
+        self.cp = cp
+        self.device = device_info(cp)
+        self.mapped = Mapped(task["share"], task["buffers"], int(cp.cuda.Device().id))
+        libs = {n: library(path, task["launcher"]) for n, path in task["libs"].items()}
+        self.calls = TimedCalls(cp, libs, self.mapped.args(task["launcher"], task["params"], 0))
+
+    def rewind(self) -> None:
+        pass
+
+    def prepare(self, name: str) -> Reply:
+        return {"status": Status.OK.value}
+
+    def sample(self, name: str, gated: bool) -> Reply:
+        return self.calls.sample(name, gated)
+
+    def close(self, out_dir: Path | None) -> Reply:
+        self.cp.cuda.Device().synchronize()
+        self.mapped.release()
+        return {"status": Status.OK.value}
+
+
+Session = Union[TimingSession, SharedTiming, MappedTiming]
+
+
+#: Open timing sessions by key (a task's ``session``): a trusted worker that times the baselines
+#: of every lab keeps each lab's open, with what it was opened with.
+_TIMING: dict[str, tuple[str, Session]] = {}
+
+
+def _session(cp: Any, task: Task) -> Session:
+    if task.get("export"):
+        return SharedTiming(cp, task)
+    if task.get("share"):
+        return MappedTiming(cp, task)
+    return TimingSession(cp, task)
 
 
 def run_timing(cp: Any, task: Task) -> Reply:
     kind, key = task["kind"], str(task.get("session", ""))
     if kind == Kind.TIMING_OPEN.value:
-        opened_with = json.dumps({k: task.get(k) for k in ("libs", "launcher", "params", "problem", "seed")}, sort_keys=True)
+        opened_with = json.dumps({k: task.get(k) for k in ("libs", "launcher", "params", "problem", "seed", "export", "share")},
+                                 sort_keys=True)
         kept = _TIMING.get(key)
-        if kept is not None and kept[0] == opened_with:
+        if kept is not None and kept[0] == opened_with and isinstance(kept[1], TimingSession):
             kept[1].rewind()  # the same inputs from the start again, nothing generated or loaded
         else:
-            _TIMING.pop(key, None)  # its GPU memory is freed before the new one takes its own
-            kept = _TIMING[key] = (opened_with, TimingSession(cp, task))
-        return {"status": Status.OK.value, "device": kept[1].device}
+            old = _TIMING.pop(key, None)  # its GPU memory is freed before the new one takes its own
+            if old is not None:
+                old[1].close(None)
+            kept = _TIMING[key] = (opened_with, _session(cp, task))
+        session = kept[1]
+        if isinstance(session, SharedTiming):
+            return session.opened()
+        return {"status": Status.OK.value, "device": session.device}
     current = _TIMING.get(key)
     if current is None:
         return {"status": Status.WORKER_ERROR.value, "error": "no timing session is open"}
@@ -258,8 +366,5 @@ def run_timing(cp: Any, task: Task) -> Reply:
         return current[1].prepare(task["lib"])
     if kind == Kind.TIMING_SAMPLE.value:
         return current[1].sample(task["lib"], bool(task.get("gated", True)))
-    if kind == Kind.TIMING_INPUTS.value:
-        return current[1].save_inputs(int(task["count"]), Path(task["out_dir"]))
-    result = current[1].save(Path(task["out_dir"]))  # timing_close
-    del _TIMING[key]
-    return result
+    del _TIMING[key]  # timing_close: with no out_dir, the session is only released
+    return current[1].close(Path(task["out_dir"]) if task.get("out_dir") else None)

@@ -1,7 +1,7 @@
 // Hostile: the reference kernel, with a constructor that runs Python inside the grader's worker as
-// the library loads and replaces the worker's check of the guard words around the outputs with one
-// that answers in a shape of its own (a list, hiding any write past an output). The reply is judged
-// against what the task asks for and is a verdict against the submission, not the grader's error.
+// the library loads and makes the worker answer every call in a shape of its own (the kernels it
+// launched as one text). The reply is judged against what the task asks for and is a verdict against the
+// submission, not the grader's error.
 #include <dlfcn.h>
 
 #define TILE 16
@@ -24,7 +24,7 @@ static const char* kPatch =
     "import sys\n"
     "m = sys.modules.get('grader.worker.buffers')\n"
     "if m is not None:\n"
-    "    m.Buffers.guard_violations = lambda self: []\n";
+    "    m.Library.launched = lambda self, reset=False: 'every kernel there is'\n";
 
 __attribute__((constructor)) static void patch_the_worker() {
     typedef int (*ensure_t)(void);
