@@ -186,7 +186,7 @@ class Buffers:
     def arm(self, name: str) -> None:
         """Canary guards around output ``name`` and its fill value in the body."""
         slot = next(s for s in self.slots if s.name == name)
-        raw = self.raw[name]  # the buffer with its guards, or more (then canary all the way)
+        raw = self.raw[name]
         if self.memcpy_only:  # filled on the host and copied: no CuPy kernel
             host = np.full(slot.total_bytes, CANARY, dtype=np.uint8)
             host[slot.guard_bytes : slot.guard_bytes + slot.body_bytes].view(slot.dtype)[:] = slot.fill
@@ -216,9 +216,9 @@ class Buffers:
             gb = slot.guard_bytes
             if slot.role != "output" or gb == 0:
                 continue
-            host = self.raw[slot.name].get()  # the guards, and past the after guard whatever the raw array spans
+            host = self.raw[slot.name].get()
             before = int(np.count_nonzero(host[:gb] != CANARY))
-            after = int(np.count_nonzero(host[gb + slot.body_bytes :] != CANARY))
+            after = int(np.count_nonzero(host[len(host) - gb :] != CANARY))
             if before or after:
                 bad[slot.name] = [before, after]
         return bad

@@ -49,14 +49,13 @@ class Owned:
             mapping: shared.DeviceMapping | shared.HostMapping = hm
             size = len(hm.view)
         else:
-            # a mapping of its own, zeroed: what lies past a buffer is the same on every run (reads
-            # past an input find zeros, not a neighbour's data); an output's raw array spans it
-            # all, so its guard words after it run to the mapping's end
+            # a mapping of its own, zeroed: what lies past a buffer (and its guard words) is the
+            # same on every run: stray reads find zeros and stray writes land there, never in a
+            # neighbour, as they could in a memory pool
             dm = shared.allocate(max(1, slot.total_bytes), self.device)
             cp.cuda.runtime.memset(dm.ptr, 0, dm.size)
             memory = cp.cuda.UnownedMemory(dm.ptr, dm.size, dm)
-            length = dm.size if slot.role == "output" else slot.total_bytes
-            raw = cp.ndarray((length,), cp.uint8, cp.cuda.MemoryPointer(memory, 0))
+            raw = cp.ndarray((slot.total_bytes,), cp.uint8, cp.cuda.MemoryPointer(memory, 0))
             mapping, size = dm, dm.size
         self.mappings.append(mapping)
         self.described.append(SharedBuffer(name=slot.name, size=size, host=host))

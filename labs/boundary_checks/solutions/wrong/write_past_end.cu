@@ -1,6 +1,6 @@
-// Known wrong: right numbers, but the first two rows of threads of block (0, 0) also store
-// 32 floats 16 KiB past the end of P. The grader's canary words run from the end of P to the end
-// of its buffer's mapping (2 MiB at least), so every correctness case sees them; memcheck too.
+// Known wrong: every check right, but the first two rows of threads of block (0, 0) also store
+// 32 floats 16 KiB past the end of P. No correctness case can see it (the guard canaries are
+// 64 floats wide); memcheck can.
 #define TILE_WIDTH 16
 
 __global__ void matmul_rect_tiled(const float* M, const float* N, float* P, int m, int n, int k) {
