@@ -351,8 +351,7 @@ class TimedRun:
         m = self.m
         if n == "student":
             self._shared(timing_prepare(n))  # fresh inputs in the student's buffers, by the trusted worker
-        else:
-            self._call(n, timing_prepare(n))
+        self._call(n, timing_prepare(n))
         result = self._call(n, timing_sample(n, m.gated and gated))
         data = result.data
         if m.gated and gated and data.get("gate") != "held":

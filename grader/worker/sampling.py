@@ -193,9 +193,7 @@ class TimedCalls:
 
     Each call is timed with events on the legacy stream (behind a ``Gate`` unless the grader
     turned it off) and bounded by the wall clock up to a device-wide synchronize, so work left on
-    another stream or deferred past the return still counts. Each call resets persisting L2 lines
-    first, outside its timed part: the baselines' round trips then hold what the student's do, and
-    bound its time alike."""
+    another stream or deferred past the return still counts."""
 
     def __init__(self, cp: Any, libs: dict[str, Library], args: list[Any]):
         self.cp, self.libs, self.args = cp, libs, args
@@ -211,8 +209,6 @@ class TimedCalls:
         """One timed call. Behind a gate, the wall clock runs from the gate's opening (the work
         starts then); without one, from the call."""
         cp, lib = self.cp, self.libs[name]
-        lib.reset_l2()
-        cp.cuda.Device().synchronize()
         gate = self.gate if gated else None
         if gate is not None:
             gate.hold()
@@ -253,6 +249,7 @@ class TimingSession:
         """Everything before a timed call, as a task of its own: the grader times the call's
         round trip alone and bounds the reported time with it."""
         self.timed.refill()
+        self.libs[name].reset_l2()
         self.cp.cuda.Device().synchronize()
         return {"status": Status.OK.value}
 
@@ -315,6 +312,10 @@ class MappedTiming:
         pass
 
     def prepare(self, name: str) -> Reply:
+        """After the trusted worker's refill: persisting L2 lines reset, and the GPU switched to this
+        process's context before the timed call's round trip starts (the switch takes time)."""
+        self.calls.libs[name].reset_l2()
+        self.cp.cuda.Device().synchronize()
         return {"status": Status.OK.value}
 
     def sample(self, name: str, gated: bool) -> Reply:
