@@ -50,10 +50,14 @@ def internal_error_id(exc: BaseException, log_path: Path | None = None) -> str:
     return short
 
 
+#: How every message of a grader's own failure starts (a result that holds one is never kept as current).
+INTERNAL_ERROR = "internal grader error"
+
+
 def internal_error_message(exc: BaseException) -> str:
     """Log an unexpected exception and return what a report shows in its place."""
     log = internal_error_log()
-    return f"internal grader error {internal_error_id(exc, log)} ({type(exc).__name__}: {exc}); the trace is in {log}"
+    return f"{INTERNAL_ERROR} {internal_error_id(exc, log)} ({type(exc).__name__}: {exc}); the trace is in {log}"
 
 
 def internal_error_log() -> Path:

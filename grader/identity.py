@@ -138,16 +138,18 @@ def single_file_hash(path: Path) -> str | None:
 
 def options_key(options: GradeOptions) -> dict[str, Any]:
     """The options that change a grade (what runs and where); not caches or progress."""
-    return {"gpu": options.gpu, "timing": options.timing, "counters": options.counters,
+    return {"gpu": options.gpu, "timing": options.timing, "counters": options.counters, "sanitizers": options.sanitizers,
             "archs": list(options.archs) if options.archs else None, "sandbox": options.sandbox,
             "time_limit_s": options.submission_limit_s}
 
 
-def content_hash(files: Mapping[str, str | None], labs: Mapping[str, str], options: GradeOptions, where: str = "") -> str:
+def content_hash(files: Mapping[str, str | None], labs: Mapping[str, str], options: GradeOptions, where: str = "",
+                 outputs: Mapping[str, str] | None = None) -> str:
     """``where``: the kind of machine (the GPU model, or none): results from a machine without a
-    GPU are not current for one with a GPU."""
+    GPU are not current for one with a GPU. ``outputs``: settings of what is written (a class's
+    Gradescope visibility), which a result must match to be current too."""
     doc = {"files": dict(files), "labs": dict(labs), "grader": [__version__, grader_source_hash()],
-           "options": options_key(options), "where": where}
+           "options": options_key(options), "where": where, "outputs": dict(outputs or {})}
     return sha256(json.dumps(doc, sort_keys=True).encode())
 
 
@@ -178,13 +180,13 @@ class Identity:
 
 def identify(specs: list[LabSpec], files: Mapping[str, str | None], options: GradeOptions, *,
              student: str | None = None, repository: Path | None = None, commit: str | None = None,
-             where: str = "", location: paths.LabsLocation | None = None) -> Identity:
+             where: str = "", location: paths.LabsLocation | None = None, outputs: Mapping[str, str] | None = None) -> Identity:
     """The identity of a grading about to run (when and where are filled in by :func:`completed`);
     ``location``: where the labs were found (default: as this process finds them)."""
     labs = {spec.id: lab_version(spec) for spec in specs}
     used = labs_used(specs, location)
     return Identity(student, str(repository.absolute()) if repository is not None else None, commit, dict(files), labs,
-                    content_hash(files, labs, options, where), used.origin, used.folder, used.hash)
+                    content_hash(files, labs, options, where, outputs), used.origin, used.folder, used.hash)
 
 
 def completed(identity: Identity, reports: list[LabReport], options: GradeOptions) -> Identity:

@@ -258,6 +258,31 @@ def test_a_killed_run_resumes_with_the_students_it_had_not_finished(single, klas
         shutil.rmtree(klass / "repos" / "dave" / "labs" / "memory_types")
 
 
+def test_a_grading_that_ended_in_the_graders_own_error_is_graded_again_on_resume(single, klass, tmp_path):
+    """An interrupt can end a student's grading in the grader's own error (a pool shut down under
+    it): that result is published, but it is never kept as current."""
+    out = tmp_path / "out"
+    shutil.copytree(single, out)
+    report = out / "students" / "erin" / "report.json"
+    doc = json.loads(report.read_text())
+    doc["labs"][0]["checks"][0]["message"] = ("internal grader error 1a2b3c (RuntimeError: cannot schedule new futures after "
+                                              "interpreter shutdown); the trace is in /tmp/x.log")
+    report.write_text(json.dumps(doc))
+    proc = grade(klass, out)
+    assert "graded 1 students, kept 5 already graded" in proc.stdout, proc.stdout
+    assert "internal grader error" not in (out / "students" / "erin" / "report.json").read_text()
+
+
+@pytest.mark.parametrize("option", [("--no-sanitizers",), ("--gradescope-visibility", "hidden")])
+def test_an_option_that_changes_what_is_written_makes_every_result_stale(single, klass, tmp_path, option):
+    out = tmp_path / "out"
+    shutil.copytree(single, out)
+    proc = grade(klass, out, *option)
+    assert "graded 6 students, kept 0 already graded" in proc.stdout, proc.stdout
+    proc = grade(klass, out, *option)
+    assert "graded 0 students, kept 6 already graded" in proc.stdout, proc.stdout
+
+
 def _normalised(path: Path) -> object:
     """A results file less what differs between two gradings of the same work (time, cache)."""
     if path.suffix == ".md":

@@ -14,8 +14,10 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from .. import gitinfo, paths
+from ..errors import INTERNAL_ERROR
 from ..identity import Identity, file_hashes, identify
 from ..options import GradeOptions
 from ..repo import submission_rel
@@ -73,7 +75,7 @@ def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | No
 
 
 def plan_student(student: Student, specs: list[LabSpec], options: GradeOptions, out: Path, scratch: Path,
-                 where: str = "", labs: paths.LabsLocation | None = None) -> StudentJob:
+                 where: str = "", labs: paths.LabsLocation | None = None, outputs: Mapping[str, str] | None = None) -> StudentJob:
     rels = [submission_rel(spec.id) for spec in specs]
     try:
         root, commit, failure = _locate(student, rels, scratch)
@@ -81,21 +83,28 @@ def plan_student(student: Student, specs: list[LabSpec], options: GradeOptions, 
         root, commit, failure = None, None, f"cannot read {student.path}: {exc.strerror or exc}"
     files = file_hashes(root, rels) if root is not None else {rel: None for rel in rels}
     identity = identify(specs, files, options, student=student.id, repository=student.path, commit=commit, where=where,
-                        location=labs)
+                        location=labs, outputs=outputs)
     return StudentJob(student, tuple(s.id for s in specs), root, failure, identity, student_folder(out, student.id))
 
 
 def graded_hash(folder: Path) -> str | None:
-    """The content hash of the results published in ``folder`` (None: none, or unreadable)."""
+    """The content hash of the settled results published in ``folder`` (None: none, unreadable, or
+    holding an error of the grader's own)."""
     try:
         doc = json.loads((folder / "report.json").read_text(encoding="utf-8"))
         value = doc["identity"]["content_hash"]
-    except (OSError, ValueError, KeyError, TypeError):
+        messages = [str(c.get("message", "")) for lab in doc.get("labs", []) for c in lab.get("checks", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if any(INTERNAL_ERROR in m for m in messages):
         return None
     return value if isinstance(value, str) else None
 
 
 def is_done(job: StudentJob) -> bool:
+    """Whether ``job``'s published results are current: graded from the same files, labs, grader
+    and options, and settled (a grading that ended in the grader's own error, an interrupt among
+    them, is graded again)."""
     return graded_hash(job.folder) == job.identity.content_hash
 
 

@@ -87,7 +87,8 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
     plan.recover(cls.out)
     scratch = Path(tempfile.mkdtemp(prefix="grade-class-"))
     try:
-        jobs = [plan.plan_student(s, specs, options, cls.out, scratch, where, labs) for s in students]
+        outputs = {"gradescope_visibility": cls.visibility}
+        jobs = [plan.plan_student(s, specs, options, cls.out, scratch, where, labs, outputs) for s in students]
         current = {j.student.id for j in jobs if not cls.force and plan.is_done(j)}
         todo = [j for j in jobs if j.student.id not in current]
         skipped = tuple(j.student.id for j in jobs if j.student.id in current)
