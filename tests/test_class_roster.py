@@ -39,6 +39,8 @@ def test_roster_with_header_comments_and_commit(tmp_path):
 def test_roster_without_header(tmp_path):
     students = roster.load(_roster(tmp_path, "alice,a\nbob,b,0123abcd\n"))
     assert [(s.id, s.path.name, s.commit) for s in students] == [("alice", "a", None), ("bob", "b", "0123abcd")]
+    # a student whose id is a header word, with a path, is still a student
+    assert [s.id for s in roster.load(_roster(tmp_path, "name,repos/name\n"))] == ["name"]
 
 
 @pytest.mark.parametrize("text,line,problem", [
@@ -52,6 +54,9 @@ def test_roster_without_header(tmp_path):
     ("student,pth\nalice,a\n", 1, "unknown column 'pth' (columns: student, path, commit); did you mean 'path'?"),
     ("student,commit\nalice,a\n", 1, "the header has no 'path' column"),
     ('student,path\n"alice,a\n', 2, "not a CSV line"),
+    ("name,repo\nalice,a\n", 1, "the first line looks like a header (name,repo) but a roster's header is student,path[,commit]: "
+                               "write 'student,path'"),
+    ("Login,Repository,SHA\nalice,a,0123abcd\n", 1, "the first line looks like a header (login,repository,sha)"),
 ])
 def test_a_bad_roster_line_is_one_message_naming_file_line_and_problem(tmp_path, capsys, text, line, problem):
     path = _roster(tmp_path, text)

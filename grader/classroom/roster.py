@@ -69,10 +69,33 @@ def from_folder(folder: Path) -> list[Student]:
     return students
 
 
+#: Words a spreadsheet's header uses for the roster's columns: a first line made of them is a
+#: header under other names, refused, never graded as a student.
+HEADER_WORDS = {
+    "student": ("name", "id", "sid", "student_id", "studentid", "login", "user", "username", "email", "github", "handle"),
+    "path": ("repo", "repository", "folder", "dir", "directory", "url", "clone", "location"),
+    "commit": ("sha", "hash", "ref", "rev", "revision", "tag", "branch"),
+}
+
+
+def _foreign_header(names: list[str]) -> str:
+    """What to say of a first line that is a header under other names ("" if it is not one)."""
+    renamed = [next((col for col, words in HEADER_WORDS.items() if n in words), "") for n in names]
+    if not any(renamed) or any(not n.replace("_", "").isalpha() for n in names):
+        return ""
+    wanted = ",".join(r or n for r, n in zip(renamed, names))
+    return (f"the first line looks like a header ({','.join(names)}) but a roster's header is "
+            f"student,path[,commit]: write {wanted!r} (or leave the header out)")
+
+
 def _header(row: list[str], where: str) -> list[str] | None:
-    """The column names if ``row`` is a header (its first cell is ``student``), else None."""
+    """The column names if ``row`` is a header (its first cell is ``student``), else None; a header
+    under other names is an error."""
     names = [c.strip().lower() for c in row]
     if not names or names[0] != "student":
+        foreign = _foreign_header(names)
+        if foreign:
+            raise RosterError(foreign, path=where)
         return None
     for name in names:
         if name not in COLUMNS:
