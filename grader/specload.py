@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import stat
@@ -30,6 +31,9 @@ __all__ = ["load_lab", "load_expected", "lab_bound", "yaml_fields", "records"]
 
 #: In a course repository, the folder beside ``labs/`` that holds the reference solutions.
 COURSE_REFERENCE = "reference"
+#: Numbers that must be more than 0 (every number of a lab must be 0 or more): a limit of 0 s or
+#: 0 samples would end a step before it starts.
+POSITIVE = frozenset({"time_limit_s", "budget_s", "repeat", "min_samples", "max_samples", "scale"})
 
 
 def lab_bound(lab_folder: Path) -> Path:
@@ -227,11 +231,11 @@ class _Loader:
         if tp is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self.fail(key, f"expected an integer, got {_describe(value)}")
-            return value
+            return int(self.in_range(value, key, integer=True))
         if tp is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise self.fail(key, f"expected a number, got {_describe(value)}")
-            return float(value)
+            return float(self.in_range(value, key))
         if tp is str:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 return str(value)
@@ -239,6 +243,18 @@ class _Loader:
                 raise self.fail(key, f"expected text, got {_describe(value)}")
             return value
         raise TypeError(f"unsupported field type {tp!r}")  # a bug in the records, not in the YAML
+
+    def in_range(self, value: float, key: str, integer: bool = False) -> float:
+        """``value`` if it is a number a lab can mean: finite, never negative (points, limits,
+        tolerances, sizes, seeds), and more than 0 where 0 would stop the step (a time limit)."""
+        name = key.rsplit(".", 1)[-1]
+        if not math.isfinite(value):
+            raise self.fail(key, f"must be a finite number, got {value}")
+        if value < 0:
+            raise self.fail(key, f"{name} must not be negative, got {value}")
+        if value == 0 and name in POSITIVE:
+            raise self.fail(key, f"must be {'at least 1' if integer else 'more than 0'}, got {value}")
+        return value
 
     def lab_file(self, value: Any, key: str) -> Path:
         """A file the lab names: relative, inside ``bound``, reached through no link, a regular file."""
@@ -326,16 +342,12 @@ def _validate_lab(spec: LabSpec, path: Path) -> None:
         check_params(case.params, f"correctness.cases[{i}].params")
         if case.label in ids:
             raise fail(f"correctness.cases[{i}]", f"duplicate case {case.label!r}")
-        if case.repeat < 1:
-            raise fail(f"correctness.cases[{i}].repeat", f"must be at least 1, got {case.repeat}")
         ids.add(case.label)
     for i, static in enumerate(spec.static):
         _unique(ids, static.id, fail, f"static[{i}].id")
     for i, tool in enumerate(spec.sanitizers):
         _unique(ids, tool.id, fail, f"sanitizers[{i}].id")
         check_params(tool.params, f"sanitizers[{i}].params")
-        if tool.points < 0:
-            raise fail(f"sanitizers[{i}].points", f"points must not be negative, got {tool.points}")
     if spec.benchmark:
         check_params(spec.benchmark.params, "benchmark.params")
         for key in ("flops", "bytes"):
@@ -385,5 +397,3 @@ def _threshold(check: SpeedCheck | CounterCheck, known: set[str], fail: Fail, ke
             raise fail(key, f"an 'at_most' bound needs 'full' ({check.full}) at or below 'zero' ({check.zero})")
     elif check.full < check.zero:
         raise fail(key, f"'full' ({check.full}) must not be below 'zero' ({check.zero})")
-    if check.points < 0:
-        raise fail(f"{key}.points", f"points must not be negative, got {check.points}")

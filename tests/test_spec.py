@@ -571,3 +571,19 @@ def test_metric_sums_and_bad_metric_names(lab_copy):
     lab_copy.write_text(lab_copy.read_text().replace("per: a.sum + b.sum", "per: a.sum / b.sum"))
     err = spec_error(lab_copy)
     assert err.key == "counters[1].per" and "not an Nsight Compute metric name: 'a.sum / b.sum'" in str(err)
+
+
+@pytest.mark.parametrize("old,new,key,problem", [
+    ("{params: {width: 16}, seed: 11, points: 2}", "{params: {width: 16}, seed: 11, points: -2}",
+     "correctness.cases[0].points", "points must not be negative, got -2"),
+    ("  time_limit_s: 10", "  time_limit_s: -10", "correctness.time_limit_s", "time_limit_s must not be negative, got -10"),
+    ("  time_limit_s: 10", "  time_limit_s: 0", "correctness.time_limit_s", "must be more than 0, got 0"),
+    ("  rtol: 1.0e-5", "  rtol: -1.0e-5", "tolerance.rtol", "rtol must not be negative, got -1e-05"),
+    ("  rtol: 1.0e-5", "  rtol: .nan", "tolerance.rtol", "must be a finite number, got nan"),
+    ("{params: {width: 16}, seed: 11, points: 2}", "{params: {width: 16}, seed: -11, points: 2}",
+     "correctness.cases[0].seed", "seed must not be negative, got -11"),
+])
+def test_a_number_out_of_range_is_refused_with_its_key_and_value(lab_copy, old, new, key, problem):
+    edit(lab_copy, old, new)
+    err = spec_error(lab_copy)
+    assert err.key == key and problem in str(err), str(err)
