@@ -19,7 +19,7 @@ from . import __version__, completion, gitinfo, labdoc, readme
 from . import release as releasing
 from .cachedirs import default_cache_dir
 from .classroom import diff as class_diff
-from .classroom import gradescope
+from .classroom import gradescope, stopping
 from .classroom.merge import merge as merge_shards
 from .classroom.progress import make as class_display
 from .classroom.roster import from_folder as roster_folder
@@ -265,6 +265,7 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise GraderError(f"--jobs: expected a positive number, got {args.jobs}")
     course_labs("grade-class")  # before anything is read: a repository's own lab files never grade a class
+    stopping.install()  # Ctrl-C, SIGTERM, SIGHUP: students in flight are not published
     roster = load_roster(args.roster) if args.roster else roster_folder(args.class_dir)
     cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force,
                        parse_shard(args.shard) if args.shard else None, args.gpus, args.jobs,

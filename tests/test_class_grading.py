@@ -7,10 +7,13 @@ import csv
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -303,6 +306,40 @@ def _normalised(path: Path) -> object:
 def _files(out: Path) -> dict[str, object]:
     return {str(p.relative_to(out)): _normalised(p) for p in sorted(out.rglob("*"))
             if p.is_file() and p.suffix in (".json", ".csv", ".md", ".png")}
+
+
+def _student_files(out: Path) -> dict[str, object]:
+    """Each published student's report.json and results.json, less what differs between runs."""
+    return {f"{d.name}/{name}": _normalised(d / name) for d in sorted((out / "students").iterdir())
+            if not d.name.startswith(".") for name in ("report.json", "results.json")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(8))
+def test_an_interrupt_at_any_point_keeps_only_whole_results_and_a_resume_completes_them(single, klass, tmp_path, seed):
+    """A class run stopped at a (seeded) moment by Ctrl-C, SIGTERM or SIGHUP: every student folder
+    it published is exactly what a clean run writes (none holds what the stop did to a grading),
+    and resuming grades the rest to the clean run's results."""
+    chance = random.Random(seed)
+    signum = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)[seed % 3]
+    out = tmp_path / "out"
+    lab_args = [a for lab in LABS for a in ("--lab", lab)]
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "GITHUB_STEP_SUMMARY")}
+    env["GRADER_CACHE_DIR"] = str(tmp_path / "cache")  # cold: the stop comes while the class's builds are under way
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-class", "--roster", str(klass / "roster.csv"), "--out",
+                             str(out), "--no-gpu", "-q", *lab_args], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(chance.uniform(1.0, 15.0))
+    if proc.poll() is None:
+        os.killpg(proc.pid, signum)  # as a terminal or a scheduler does: the whole process group
+    _, err = proc.communicate(timeout=300)
+    assert "Traceback" not in err, err
+    clean = _student_files(single)
+    if (out / "students").is_dir():
+        kept = _student_files(out)
+        assert {k: v for k, v in clean.items() if k in kept} == kept, f"signal {signum}: a kept folder differs from a clean run's"
+    grade(klass, out)
+    assert _student_files(out) == clean
 
 
 def test_merged_shards_are_what_a_single_run_writes(single, klass, tmp_path):

@@ -23,7 +23,7 @@ from .. import inherit
 from ..labs import find_lab
 from ..options import GradeOptions
 from ..rehearsal import rehearse_timings
-from . import gpulock, health
+from . import gpulock, health, stopping
 from .gpus import GpuSlot
 from .plan import StudentJob
 from .student import StudentResult, grade_student
@@ -62,6 +62,7 @@ _LANE: dict[str, Any] = {}
 
 def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inherit.Inherited) -> None:
     inherit.adopt(inherited)
+    stopping.install()  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
     folder = gpulock.gpu_folder(slot.key)

@@ -8,6 +8,7 @@ grader refuses and a bug in the grader all end up as errors in that student's re
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from ..options import GradeOptions, Progress, no_progress
 from ..outcome import LabReport, Outcome
 from ..repo import TimingGate, failed_report, grade_repo, submission_rel
 from ..report import files as report_files
-from . import gradescope, plan
+from . import gradescope, plan, stopping
 from .plan import StudentJob
 from .records import record_from
 
@@ -53,11 +54,16 @@ def grade_student(job: StudentJob, options: GradeOptions, progress: Progress = n
     """Grade ``job`` and publish the student's results folder (never raises for the student's work)."""
     started = time.monotonic()
     reports = _reports(job, options, progress, gate)
+    if stopping.requested():  # the stop may have shaped these reports: nothing of them is kept
+        raise stopping.Stopped(f"{job.student.id}: stopped before their results were published")
     identity = completed(job.identity, reports, options).as_dict()
     partial = plan.partial_folder(job.folder)
     report_files.write_folder(reports, identity, partial)
     doc = gradescope.results(reports, identity, visibility)
     (partial / RESULTS).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if stopping.requested():
+        shutil.rmtree(partial, ignore_errors=True)
+        raise stopping.Stopped(f"{job.student.id}: stopped before their results were published")
     plan.publish(partial, job.folder)
     record = record_from({"labs": [{"lab": r.lab, "score": r.score, "max_score": r.max_score,
                                     "checks": [{"id": c.id, "outcome": c.outcome.value, "points": c.points,
