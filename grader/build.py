@@ -92,9 +92,12 @@ def build(
     nvcc = toolchain.find("nvcc")
     if nvcc is None:
         raise GraderError("nvcc not found: install the CUDA toolkit or set CUDA_HOME (or GRADER_NVCC)")
-    src_bytes = _read_source(source)
-    header_bytes, support_bytes = header.read_bytes(), SUPPORT_SOURCE.read_bytes()
     display = display_name or source.name
+    src_bytes, unusable = _read_source(source, display)
+    if unusable:  # the student's own file: said as a compile error is, never as the grader's failure
+        return BuildResult(ok=False, library=None, message=unusable, log="", kernels=(), archs=archs, cached=False,
+                           seconds=time.monotonic() - started)
+    header_bytes, support_bytes = header.read_bytes(), SUPPORT_SOURCE.read_bytes()
     cmd_flags = [
         *flags,
         *gencode_flags(archs),
@@ -256,18 +259,19 @@ def _run_compiler(cmd: list[str], work: Path, time_limit_s: float) -> tuple[str,
     return output.text(), rc
 
 
-def _read_source(source: Path) -> bytes:
-    if source.is_dir() and not source.is_symlink():
-        raise GraderError("is a directory, expected a .cu file", path=source)
-    data = read_file(source, SOURCE_LIMIT_BYTES, "a submitted source file")
-    if not data.strip():
-        raise GraderError("the file is empty", path=source)
+def _read_source(source: Path, display: str) -> tuple[bytes, str]:
+    """The source's bytes, or why it cannot be compiled, named as ``display`` (the path as the
+    student knows it, never the grader's folders). Any bytes nvcc takes are taken: a Latin-1
+    comment compiles, as it does for the student."""
     try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise GraderError(f"not UTF-8 text (first bad byte on line {line})", path=source) from None
-    return data
+        if source.is_dir() and not source.is_symlink():
+            return b"", f"{display} is a directory, expected a .cu file"
+        data = read_file(source, SOURCE_LIMIT_BYTES, "a submitted source file")
+    except GraderError as exc:
+        return b"", f"{display}: {str(exc).removeprefix(f'{exc.path}: ')}"
+    if not data.strip():
+        return b"", f"{display} is empty: write the lab's launcher in it"
+    return data, ""
 
 
 def _result_from_meta(folder: Path, meta: dict[str, Any], compiled_as: str, *, cached: bool, seconds: float) -> BuildResult:

@@ -214,6 +214,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if source is None:
         raise GraderError(f"a student bundle has no reference solution to grade: give your file, e.g. "
                           f"`cuda-grader grade {spec.id} labs/{spec.id}/student.cu`", path=spec.source)
+    if not os.path.lexists(source):  # a path mistyped on the command line; a file that is there is graded
+        raise GraderError("file not found", path=source)
     _say_bundle(args)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work

@@ -293,20 +293,36 @@ def test_validate_without_gpu_compares_what_can_run(env):
 
 
 @pytest.mark.parametrize("name,content,message", [
-    ("latin1.cu", "// caf\xe9\n".encode("latin-1"), "not UTF-8 text (first bad byte on line 1)"),
-    ("empty.cu", b"", "the file is empty"),
-    ("folder.cu", None, "is a directory, expected a .cu file"),
+    ("empty.cu", b"", "empty.cu is empty: write the lab's launcher in it"),
+    ("blank.cu", b"  \n\t\n", "blank.cu is empty: write the lab's launcher in it"),
+    ("folder.cu", None, "folder.cu is a directory"),
 ])
-def test_unreadable_sources_get_one_message_naming_the_file(env, tmp_path, name, content, message):
-    path = tmp_path / name
+def test_a_source_that_cannot_be_compiled_is_the_students_compile_error_naming_their_file(env, tmp_path, name, content, message):
+    """The student's own file is empty or no file: one message, as a compile error is (the later
+    checks fail, not graded), with the file as the student names it, never the grader's folders."""
+    repo = tmp_path / "repo"
+    path = repo / "labs" / "tiled_matmul" / "student.cu"
+    path.parent.mkdir(parents=True)
     if content is None:
         path.mkdir()
     else:
         path.write_bytes(content)
-    proc = cli(env, "grade", "tiled_matmul", str(path))
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == f"error: {path}: {message}"
-    assert proc.stdout == ""
+    proc = cli(env, "grade-repo", str(repo), "--lab", "tiled_matmul", "--no-gpu", "--json", str(tmp_path / "r.json"))
+    assert proc.returncode != 2, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    checks = {c["id"]: c for lab in report["labs"] for c in lab["checks"]}
+    assert checks["compile"]["outcome"] == "error"
+    assert checks["compile"]["message"].startswith(message.replace(name, "labs/tiled_matmul/student.cu")), checks["compile"]
+    assert {c["outcome"] for cid, c in checks.items() if cid != "compile"} <= {"fail", "skipped"}
+    assert "not graded: the grader failed" not in proc.stdout and str(tmp_path) not in checks["compile"]["message"]
+
+
+def test_a_latin1_comment_compiles_as_nvcc_compiles_it(env, tmp_path):
+    path = tmp_path / "latin1.cu"
+    path.write_bytes(b'extern "C" void matmul(const float* M, const float* N, float* P, int width) {}  // caf\xe9\n')
+    cli(env, "grade", "tiled_matmul", str(path), "--no-gpu", "--json", str(tmp_path / "r.json"))
+    checks = {c["id"]: c for lab in json.loads((tmp_path / "r.json").read_text())["labs"] for c in lab["checks"]}
+    assert checks["compile"]["outcome"] == "pass", checks["compile"]
 
 
 def test_grading_with_a_malformed_lab_yaml_names_the_file_and_line(env, tmp_path):
