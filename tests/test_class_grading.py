@@ -119,12 +119,13 @@ def _report(out: Path, sid: str) -> dict:
 
 
 def _numeric(row: dict[str, str]) -> dict[str, object]:
-    return {k: (float(v) if k not in ("student", "status", "problems", "commit") else v) for k, v in row.items()}
+    return {k: (float(v) if k not in ("student", "status", "problems", "commit", "not_run") else v) for k, v in row.items()}
 
 
 def test_grades_csv_has_one_row_per_student_and_validates(single):
     header, rows = _rows(single)
-    assert header == ["student", *LABS, "total", "max_total", "status", "problems", "commit"]
+    assert header == ["student", *LABS, "total", "max_total", "status", "problems", "commit", "not_run"]
+    assert {r["not_run"] for r in rows.values()} == {"gpu"}  # graded with --no-gpu: no row is a final grade
     assert list(rows) == ROSTER_ORDER
     validator = _schema("grades.schema.json")
     for row in rows.values():
@@ -193,6 +194,29 @@ def test_a_student_graded_in_the_class_gets_what_grading_the_repository_alone_gi
         in_class = _report(single, sid)["labs"]
         assert [(r.lab, [(c.id, c.outcome.value, c.points) for c in r.checks]) for r in alone] == \
                [(r["lab"], [(c["id"], c["outcome"], c["points"]) for c in r["checks"]]) for r in in_class]
+
+
+def test_a_class_graded_without_a_gpu_says_it_is_not_final_everywhere(single):
+    summary = (single / "summary.md").read_text()
+    assert summary.splitlines()[2].startswith("> **Not a final grade:** the GPU checks (correctness, sanitizers, counters, "
+                                              "speed) did not run for 6 of 6 students (")
+    rows = {ln.split("|")[1].strip(): ln for ln in summary.splitlines() if ln.startswith("| `correctness[")}
+    assert rows and all(ln.rstrip(" |").endswith("not run") for ln in rows.values())  # never "0%"
+    assert "| 0% |" not in summary
+    results = json.loads((single / "students" / "alice" / "results.json").read_text())
+    assert "not a final grade: the GPU checks did not run (" in results["output"]
+
+
+def test_a_lab_not_handed_in_is_its_own_band_and_leaves_the_pass_rates(single):
+    """dave handed tiled_matmul in but not memory_types: his 0 there is in no score band and no
+    check's counts of memory_types, and is counted as not handed in."""
+    summary = (single / "summary.md").read_text()
+    after = summary[summary.index("Students per score band"):]
+    bands = next(ln for ln in after.splitlines() if ln.startswith("| `memory_types` |"))
+    assert bands.split("|")[-2].strip() == "1"
+    assert sum(int(c) for c in bands.split("|")[2:8]) == 5
+    compile_rows = [ln for ln in summary.splitlines() if ln.startswith("| `compile` |")]  # memory_types', then tiled_matmul's
+    assert [sum(int(c) for c in ln.split("|")[2:6]) for ln in compile_rows] == [5, 6]
 
 
 def test_summary_counts_checks_and_lists_the_students_with_errors(single, tmp_path, monkeypatch):

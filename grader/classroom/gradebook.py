@@ -7,7 +7,9 @@ the options. ``merge`` checks shards against each other with it.
 
 ``grades.csv`` (documented in the README; ``schemas/grades.schema.json`` describes a row):
 ``student`` first, then one column per lab (points), ``total``, ``max_total``, ``status`` (``ok`` or
-``error``), ``problems`` (the first error of each lab that hit one) and ``commit``.
+``error``), ``problems`` (the first error of each lab that hit one), ``commit`` and ``not_run`` (the
+families of checks that did not run for the student: ``gpu``, or ``timing``, ``counters``,
+``sanitizers`` turned off; a row with any is not a final grade).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ GRADES = "grades.csv"
 SUMMARY = "summary.md"
 MANIFEST_VERSION = 1
 #: The columns of grades.csv after the labs'.
-TAIL_COLUMNS = ("total", "max_total", "status", "problems", "commit")
+TAIL_COLUMNS = ("total", "max_total", "status", "problems", "commit", "not_run")
+#: The option of each family of GPU checks that can be turned off (class.json's options).
+FAMILIES = ("timing", "counters", "sanitizers")
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,14 @@ def _cell(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
+def not_run(manifest: Manifest, record: StudentRecord) -> tuple[str, ...]:
+    """The families of checks that did not run for ``record``: ``gpu`` (then none of them ran), or
+    those the run's options turned off."""
+    if record.without_gpu or manifest.options.get("gpu") is False:
+        return ("gpu",)
+    return tuple(f for f in FAMILIES if manifest.options.get(f) is False)
+
+
 def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -83,7 +95,7 @@ def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
     for r in rows:
         scores = [fmt_points(s) if (s := r.score(lab)) is not None else "" for lab in manifest.lab_ids]
         writer.writerow([r.student, *scores, fmt_points(r.total), fmt_points(manifest.max_total), r.status,
-                         _cell("; ".join(r.problems)), r.commit or ""])
+                         _cell("; ".join(r.problems)), r.commit or "", " ".join(not_run(manifest, r))])
     return buf.getvalue()
 
 
@@ -98,5 +110,5 @@ def write(out: Path, manifest: Manifest) -> list[StudentRecord]:
     rows = [records.load(plan.student_folder(out, sid), sid) for sid in manifest.students]
     _write(out / MANIFEST, json.dumps(manifest.as_dict(), indent=2) + "\n")
     _write(out / GRADES, grades_csv(manifest, rows))
-    _write(out / SUMMARY, summary.write(out, manifest.labs, rows))
+    _write(out / SUMMARY, summary.write(out, manifest.labs, rows, {r.student: not_run(manifest, r) for r in rows}))
     return rows

@@ -40,6 +40,9 @@ def results(reports: list[LabReport], identity: Mapping[str, Any] | None = None,
     output = f"CUDA labs: {fmt_points(score)}/{fmt_points(max_score)} points"
     if not_here:
         output += f" ({fmt_points(not_here)} points were not checked on the grading machine)"
+    gpu = str((identity or {}).get("gpu") or "")
+    if gpu.startswith("none"):
+        output += f"; not a final grade: the GPU checks did not run ({gpu.removeprefix('none: ')})"
     doc: dict[str, Any] = {"score": score, "max_score": max_score, "output": output, "visibility": visibility,
                            "stdout_visibility": "hidden", "tests": tests}
     if identity is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -31,15 +32,16 @@ def available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def write(out: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord]) -> Pictures:
+def write(out: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord], not_final: str = "") -> Pictures:
+    """The pictures; ``not_final`` (why the scores are not final) is their title too."""
     if not available():
         return Pictures((), MISSING_NOTE)
     if not rows or not labs:
         return Pictures((), "(No pictures: no student has results yet.)")
     folder = out / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    _scores(folder / SCORES, labs, rows)
-    _checks(folder / CHECKS, labs, rows)
+    _scores(folder / SCORES, labs, rows, not_final)
+    _checks(folder / CHECKS, labs, rows, not_final)
     return Pictures((("Score distribution per lab", f"{FOLDER}/{SCORES}"), ("Pass rate per check", f"{FOLDER}/{CHECKS}")))
 
 
@@ -63,14 +65,20 @@ def _save(fig: Any, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _scores(path: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord]) -> None:
+def _titled(fig: Any, not_final: str) -> None:
+    if not_final:
+        fig.suptitle(textwrap.fill(not_final, 110), fontsize=8, color="#c44e52")
+
+
+def _scores(path: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord], not_final: str = "") -> None:
     cols = min(3, len(labs))
     nrows = (len(labs) + cols - 1) // cols
     fig, axes = _figure(nrows, cols, 4.2 * cols, 3.0 * nrows)
+    _titled(fig, not_final)
     for k, lab in enumerate(labs):
         ax = axes[k // cols][k % cols]
         top = float(lab["max_points"]) or 1.0
-        scores = [s for r in rows if (s := r.score(str(lab["id"]))) is not None]
+        scores = [s for r in rows if (s := r.handed_in_score(str(lab["id"]))) is not None]
         ax.hist(scores, bins=10, range=(0, top), color="#4c72b0", edgecolor="white")
         ax.set_title(str(lab["id"]), fontsize=10)
         ax.set_xlabel(f"points (of {lab['max_points']:g})", fontsize=8)
@@ -81,21 +89,24 @@ def _scores(path: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[Studen
     _save(fig, path)
 
 
-def _checks(path: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord]) -> None:
+def _checks(path: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord], not_final: str = "") -> None:
+    """Each check's pass rate over the students it ran for (a check that ran for none is left out)."""
     names: list[str] = []
     rates: list[float] = []
     for lab in labs:
         seen: dict[str, list[int]] = {}
         for r in rows:
             for v in r.verdicts:
-                if v.lab == lab["id"]:
+                if v.lab == lab["id"] and v.lab not in r.not_handed_in:
                     tally = seen.setdefault(v.check, [0, 0])
                     tally[0] += v.outcome == "pass"
-                    tally[1] += 1
-        for check, (passed, total) in seen.items():
-            names.append(f"{lab['id']}: {check}")
-            rates.append(100.0 * passed / total if total else 0.0)
+                    tally[1] += v.ran
+        for check, (passed, ran) in seen.items():
+            if ran:
+                names.append(f"{lab['id']}: {check}")
+                rates.append(100.0 * passed / ran)
     fig, axes = _figure(1, 1, 9.0, max(2.5, 0.22 * len(names) + 1))
+    _titled(fig, not_final)
     ax = axes[0][0]
     positions = list(range(len(names)))
     ax.barh(positions, rates, color="#55a868")

@@ -25,6 +25,12 @@ class Verdict:
     max_points: float
     message: str
 
+    @property
+    def ran(self) -> bool:
+        """Whether the check ran for the student: neither skipped nor held back ("not graded: ..."
+        after a compile error, a missing file or failed correctness)."""
+        return self.outcome != "skipped" and not self.message.startswith("not graded")
+
 
 @dataclass(frozen=True)
 class LabScore:
@@ -40,6 +46,7 @@ class StudentRecord:
     verdicts: tuple[Verdict, ...]
     commit: str | None = None
     graded: bool = True  # False: no results were found for this student
+    gpu: str = ""  # the GPU graded on, or "none: why" (the GPU checks did not run)
 
     @property
     def total(self) -> float:
@@ -49,18 +56,30 @@ class StudentRecord:
         return next((s.score for s in self.labs if s.lab == lab), None)
 
     @property
+    def not_handed_in(self) -> tuple[str, ...]:
+        """The labs whose file the student's repository does not have."""
+        return tuple(v.lab for v in self.verdicts if v.check == "compile" and v.outcome == "error"
+                     and clean_line(v.message).startswith(f"labs/{v.lab}/student.cu not found"))
+
+    def handed_in_score(self, lab: str) -> float | None:
+        """The lab's score, None where it was not handed in (it belongs in no statistic of the lab)."""
+        return None if lab in self.not_handed_in else self.score(lab)
+
+    @property
+    def without_gpu(self) -> str:
+        """Why the GPU checks did not run for this student ("" where they did)."""
+        return self.gpu.removeprefix("none: ") if self.gpu.startswith("none") else ""
+
+    @property
     def problems(self) -> tuple[str, ...]:
         """The first error of each lab that hit one ("all labs: ..." when they share it)."""
         if not self.graded:
             return ("not graded: no results for this student",)
         first: dict[str, str] = {}
-        missing: list[str] = []
+        missing = list(self.not_handed_in)
         for v in self.verdicts:
             if v.outcome == "error" and v.lab not in first and v.lab not in missing:
                 text = clean_line(v.message)
-                if v.check == "compile" and text.startswith(f"labs/{v.lab}/student.cu not found"):
-                    missing.append(v.lab)
-                    continue
                 first[v.lab] = text if len(text) <= PROBLEM_CHARS else text[: PROBLEM_CHARS - 3] + "..."
         if len(first) > 1 and len(set(first.values())) == 1 and len(first) == len(self.labs):
             return (f"all labs: {next(iter(first.values()))}",)
@@ -81,8 +100,9 @@ def record_from(doc: Mapping[str, Any], student: str) -> StudentRecord:
             verdicts.append(Verdict(str(lab["lab"]), str(c["id"]), str(c["outcome"]), float(c["points"]),
                                     float(c["max_points"]), str(c.get("message", ""))))
     identity = doc.get("identity") or {}
-    commit = identity.get("commit")
-    return StudentRecord(student, tuple(labs), tuple(verdicts), commit if isinstance(commit, str) else None)
+    commit, gpu = identity.get("commit"), identity.get("gpu")
+    return StudentRecord(student, tuple(labs), tuple(verdicts), commit if isinstance(commit, str) else None,
+                         gpu=gpu if isinstance(gpu, str) else "")
 
 
 def load(folder: Path, student: str) -> StudentRecord:

@@ -17,6 +17,9 @@ from .records import StudentRecord
 BANDS = (("0", -1.0, 0.0), ("1-24%", 0.0, 0.25), ("25-49%", 0.25, 0.5), ("50-74%", 0.5, 0.75), ("75-99%", 0.75, 0.99999),
          ("100%", 0.99999, 2.0))
 OUTCOMES = ("pass", "fail", "error", "skipped")
+#: What each family of checks that may not run is, for the banner of a summary that is not final.
+FAMILY_TEXT = {"gpu": "the GPU checks (correctness, sanitizers, counters, speed)", "timing": "the speed checks (--no-timing)",
+               "counters": "the counter checks (--no-counters)", "sanitizers": "the sanitizer checks (--no-sanitizers)"}
 
 
 def band_counts(scores: Sequence[float], max_points: float) -> list[int]:
@@ -31,13 +34,15 @@ def band_counts(scores: Sequence[float], max_points: float) -> list[int]:
 
 
 def check_counts(rows: Sequence[StudentRecord], lab: str) -> dict[str, dict[str, int]]:
-    """For each check of ``lab``, in report order: how many students got each outcome."""
+    """For each check of ``lab``, in report order: how many students who handed the lab in got
+    each outcome."""
     table: dict[str, dict[str, int]] = {}
     for r in rows:
         for v in r.verdicts:
-            if v.lab == lab:
-                counts = table.setdefault(v.check, dict.fromkeys(OUTCOMES, 0))
+            if v.lab == lab and lab not in r.not_handed_in:
+                counts = table.setdefault(v.check, dict.fromkeys((*OUTCOMES, "ran"), 0))
                 counts[v.outcome] = counts.get(v.outcome, 0) + 1
+                counts["ran"] += v.ran
     return table
 
 
@@ -48,41 +53,59 @@ def _stats(scores: Sequence[float]) -> list[str]:
             fmt_points(min(scores)), fmt_points(max(scores))]
 
 
-def _pct(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.0f}%" if whole else ""
+def pass_rate(counts: Mapping[str, int]) -> str:
+    """Passes over the students for whom the check ran; "not run" where it ran for none."""
+    return f"{100 * counts.get('pass', 0) / counts['ran']:.0f}%" if counts.get("ran") else "not run"
 
 
-def write(out: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord]) -> str:
+def banner(rows: Sequence[StudentRecord], not_run: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Lines saying the summary is not a final grade, and why, where some checks did not run."""
+    lines = []
+    for family, text in FAMILY_TEXT.items():
+        who = [r for r in rows if family in not_run.get(r.student, ())]
+        if who:
+            why = next((f" ({r.without_gpu})" for r in who if r.without_gpu), "") if family == "gpu" else ""
+            lines.append(f"> **Not a final grade:** {text} did not run for {len(who)} of {len(rows)} students{why}; "
+                         "their points are not in these scores.")
+    return [*lines, ""] if lines else []
+
+
+def write(out: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord],
+          not_run: Mapping[str, tuple[str, ...]] | None = None) -> str:
     graded = [r for r in rows if r.graded]
     lab_ids = [str(lab["id"]) for lab in labs]
     max_total = round(sum(float(lab["max_points"]) for lab in labs), 2)
     lines = [f"# Class summary: {len(rows)} students, {len(labs)} labs", ""]
+    warning = banner(graded, not_run or {})
+    lines += warning
     if len(graded) < len(rows):
         lines += [f"{len(rows) - len(graded)} students have no results yet (listed at the end).", ""]
     lines += ["## Scores", "", "| Lab | Points | Mean | Median | Lowest | Highest | Full marks | Zero |",
               "|---|---|---|---|---|---|---|---|"]
     for lab in labs:
-        scores = [s for r in graded if (s := r.score(str(lab["id"]))) is not None]
+        scores = [s for r in graded if (s := r.handed_in_score(str(lab["id"]))) is not None]
         full = sum(1 for s in scores if s >= float(lab["max_points"]) > 0)
         lines.append(f"| `{lab['id']}` | {fmt_points(float(lab['max_points']))} | " + " | ".join(_stats(scores))
                      + f" | {full} | {sum(1 for s in scores if s <= 0)} |")
     totals = [r.total for r in graded]
     lines.append(f"| **total** | {fmt_points(max_total)} | " + " | ".join(_stats(totals))
                  + f" | {sum(1 for t in totals if t >= max_total > 0)} | {sum(1 for t in totals if t <= 0)} |")
-    lines += ["", "Students per score band (share of the lab's points):", "",
-              "| Lab | " + " | ".join(b[0] for b in BANDS) + " |", "|---" * (len(BANDS) + 1) + "|"]
+    lines += ["", "Students per score band (share of the lab's points; a lab not handed in is in no band of its own "
+              "scores):", "", "| Lab | " + " | ".join(b[0] for b in BANDS) + " | Not handed in |", "|---" * (len(BANDS) + 2) + "|"]
     for lab in labs:
-        scores = [s for r in graded if (s := r.score(str(lab["id"]))) is not None]
-        lines.append(f"| `{lab['id']}` | " + " | ".join(map(str, band_counts(scores, float(lab["max_points"])))) + " |")
-    lines.append("| **total** | " + " | ".join(map(str, band_counts(totals, max_total))) + " |")
-    pictures = plots.write(out, labs, graded)
+        scores = [s for r in graded if (s := r.handed_in_score(str(lab["id"]))) is not None]
+        missing = sum(1 for r in graded if str(lab["id"]) in r.not_handed_in)
+        lines.append(f"| `{lab['id']}` | " + " | ".join(map(str, band_counts(scores, float(lab["max_points"])))) + f" | {missing} |")
+    lines.append("| **total** | " + " | ".join(map(str, band_counts(totals, max_total))) + " |  |")
+    pictures = plots.write(out, labs, graded, " ".join(warning).replace("> ", "").replace("**", "").strip())
     lines += [""] + ([f"![{title}]({rel})" for title, rel in pictures.images] or [pictures.note]) + [""]
-    lines += ["## Checks", "", "How many students got each verdict, per check (pass rate over the students graded).", ""]
+    lines += ["## Checks", "", "How many students got each verdict, per check (pass rate over the students the check ran for, "
+              "not those it was skipped or held back for; labs not handed in are left out).", ""]
     for lab_id in lab_ids:
         lines += [f"### `{lab_id}`", "", "| Check | Pass | Fail | Error | Skipped | Pass rate |", "|---|---|---|---|---|---|"]
         for check, counts in check_counts(graded, lab_id).items():
             lines.append(f"| {markdown_code(check, in_table=True)} | " + " | ".join(str(counts[o]) for o in OUTCOMES)
-                         + f" | {_pct(counts['pass'], sum(counts.values()))} |")
+                         + f" | {pass_rate(counts)} |")
         lines.append("")
     troubled = [r for r in rows if r.problems]
     lines += [f"## Students whose grading hit an error ({len(troubled)})", ""]
