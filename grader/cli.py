@@ -38,7 +38,7 @@ from .paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo
 from .repo import grade_repo, repo_labs, submission_rel
 from .report import files as report_files
 from .report import text
-from .textutil import clean, clean_line, neutralize_commands
+from .textutil import clean, clean_line, neutralize_commands, plural
 from .validate import render as render_validation
 from .validate import validate
 
@@ -85,12 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     _grading_options(k)
 
     mg = sub.add_parser("merge", help="TAs: combine the results folders of --shard runs into one (the files a single run writes)")
-    mg.add_argument("shards", nargs="+", type=Path, metavar="SHARD_DIR")
+    mg.add_argument("shards", nargs="+", type=Path, metavar="SHARD_DIR", help="the results folder of each --shard run (every shard once)")
     mg.add_argument("--out", type=Path, required=True, help="the merged results folder")
 
     df = sub.add_parser("diff", help="TAs: list the students whose score or check verdicts changed between two class runs")
-    df.add_argument("old", type=Path, metavar="OLD")
-    df.add_argument("new", type=Path, metavar="NEW")
+    df.add_argument("old", type=Path, metavar="OLD", help="the earlier class run's results folder")
+    df.add_argument("new", type=Path, metavar="NEW", help="the later class run's results folder")
 
     v = sub.add_parser("validate", help="instructors: check that every known solution of a lab gets its expected verdicts")
     v.add_argument("labs", nargs="*", metavar="LAB", help="lab ids (default: every lab)")
@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _labs_option(p: argparse.ArgumentParser, default: object) -> None:
     p.add_argument("--labs", dest="labs_dir", type=Path, default=default, metavar="DIR",
-                   help="grade with the labs in DIR (default: $GRADER_LABS_DIR, the course repository the grader runs "
+                   help="take the labs from DIR (default: $GRADER_LABS_DIR, the course repository the grader runs "
                         f"from, or the repository's own bundle, {BUNDLE_LABS})")
 
 
@@ -274,7 +274,7 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
                        args.gradescope_visibility, args.health_wait)
     run = grade_class(roster, _options(args), cls, class_display(args.quiet))
     troubled = [r for r in run.rows if r.problems]
-    print(f"graded {len(run.graded)} students, kept {len(run.skipped)} already graded: {args.out}/grades.csv, "
+    print(f"graded {plural(len(run.graded), 'student')}, kept {len(run.skipped)} already graded: {args.out}/grades.csv, "
           f"{args.out}/summary.md, one folder per student in {args.out}/students")
     for r in troubled:
         print(neutralize_commands(clean_line(f"  {r.student}: {'; '.join(r.problems)}"))[:300])

@@ -36,7 +36,7 @@ class GradeOptions:
     gpu: bool = True  # False: run only the checks that need no GPU
     keep_work: Path | None = None  # keep worker files under this folder
     sandbox: bool = True  # run compile and run steps in bubblewrap where it is installed
-    submission_limit_s: float = 600.0  # all of one submission's grading, compile to counters
+    submission_limit_s: float = 600.0  # all of one lab's grading of a submission, compile to timing
     secret: str | None = None  # seeds the graded inputs; default: $GRADER_SECRET, else new per run
 
 

@@ -322,6 +322,14 @@ def _validate_lab(spec: LabSpec, path: Path) -> None:
         raise fail("launcher.args", "the launcher needs at least one argument with role 'output'")
 
     def check_params(params: Mapping[str, ParamValue], key: str) -> None:
+        # a misspelt parameter is named as the case spells it, with the one it stands in for
+        needed = {n for arg in args for text in arg.shape or (arg.value,) if isinstance(text, str) for n in expr.names(text)}
+        missing = sorted(needed - set(params))
+        for name in sorted(set(params) - needed):
+            near = difflib.get_close_matches(name, missing, n=1)
+            if near:
+                raise fail(f"{key}.{name}", f"unknown parameter {name!r}; did you mean {near[0]!r}? "
+                                            f"(the launcher's arguments use: {', '.join(sorted(needed))})")
         for arg in args:
             for text in arg.shape or (arg.value,):
                 try:

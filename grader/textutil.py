@@ -31,6 +31,11 @@ _MD_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"} | {c: "\\" 
 _MD_AUTOLINK = re.compile(r"(?i)(?<=www)\.|:(?=//)")
 
 
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, with an s unless there is exactly one: "1 student", "0 students"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def strip_controls(text: str) -> str:
     """Strip ANSI escapes, lone CRs, bidirectional controls and characters that XML or a terminal
     must not get (keeps tab and LF)."""

@@ -296,7 +296,7 @@ def test_a_grading_that_ended_in_the_graders_own_error_is_graded_again_on_resume
                                               "interpreter shutdown); the trace is in /tmp/x.log")
     report.write_text(json.dumps(doc))
     proc = grade(klass, out)
-    assert "graded 1 students, kept 5 already graded" in proc.stdout, proc.stdout
+    assert "graded 1 student, kept 5 already graded" in proc.stdout, proc.stdout
     assert "internal grader error" not in (out / "students" / "erin" / "report.json").read_text()
 
 

@@ -347,3 +347,23 @@ def test_output_cut_short_by_its_reader_is_not_an_internal_error():
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout == "b"
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_every_argument_of_every_command_says_what_it_is():
+    import argparse
+
+    from grader.cli import _parser
+
+    parser = _parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bare = [f"{name} {a.dest}" for name, sub in commands.items() for a in sub._actions
+            if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert bare == []
+    labs_help = {name: next(a.help for a in sub._actions if a.dest == "labs_dir") for name, sub in commands.items()}
+    assert not [name for name, text in labs_help.items() if "grade with" in str(text)], labs_help
+
+
+def test_a_class_of_one_is_one_student():
+    from grader.textutil import plural
+
+    assert [plural(n, "student") for n in (0, 1, 2)] == ["0 students", "1 student", "2 students"]

@@ -587,3 +587,10 @@ def test_a_number_out_of_range_is_refused_with_its_key_and_value(lab_copy, old, 
     edit(lab_copy, old, new)
     err = spec_error(lab_copy)
     assert err.key == key and problem in str(err), str(err)
+
+
+def test_a_misspelt_case_parameter_is_named_as_the_case_spells_it(lab_copy):
+    edit(lab_copy, "{params: {width: 16}, seed: 11, points: 2}", "{params: {widht: 16}, seed: 11, points: 2}")
+    err = spec_error(lab_copy)
+    assert err.key == "correctness.cases[0].params.widht"
+    assert "unknown parameter 'widht'; did you mean 'width'? (the launcher's arguments use: width)" in str(err), str(err)
