@@ -101,8 +101,9 @@ def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs
     sandbox = sandbox_for(options)
     builds: dict[tuple[str, Path, str | None], tuple[LabSpec, Sandbox | None]] = {
         (spec.id, path, display): (spec, sandbox) for spec, path, display in items if path.is_file()}
+    with_gpu = options.gpu and probe_for(options).gpu is not None  # baselines run on a GPU alone: no build without one
     for spec, _, _ in items:
-        if options.gpu:
+        if with_gpu:
             for name in spec.baseline_names:
                 builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
     with ThreadPoolExecutor(max_workers=jobs or max(1, min(8, os.cpu_count() or 1))) as pool:

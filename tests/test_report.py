@@ -190,8 +190,10 @@ def test_terminal_without_tty_has_no_colour():
     assert any(line.startswith("  FAIL ") and "correctness[width=48]: P: 3 of 2304 elements wrong | red  bell" in line
                for line in lines)
     assert any(line.startswith("  ERROR") and "cudaErrorIllegalAddress" in line for line in lines)
-    assert any(line.startswith("  SKIP ") and "global_load_reduction" in line for line in lines)
-    assert "  skipped 1 checks: needs a GPU: none here" in lines
+    assert "  SKIP      0/2   1 check (global_load_reduction): needs a GPU: none here" in lines
+    verbose = text.terminal([make_report()], stream=io.StringIO(), verbose=True).splitlines()
+    assert any(line.startswith("  SKIP ") and "global_load_reduction: needs a GPU" in line for line in verbose)
+    assert "  skipped 1 check: needs a GPU: none here" in verbose
     assert "  sandbox: none (test)" in lines
     assert lines[-1] == "  score 5.5/12 (2 points not checked here)"
     assert "matmul_tiled(float const*, float const*, float*, int): 32 regs, 2048 B smem" in out

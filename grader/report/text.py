@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any, Iterable, Mapping, TextIO
 
-from ..outcome import LabReport, Outcome, fmt_points
+from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..paths import BUNDLE_LABS, REPOSITORY_BUNDLE
 from ..textutil import (
     cap_lines,
@@ -19,6 +19,7 @@ from ..textutil import (
     markdown_text,
     neutralize_commands,
     one_line,
+    plural,
 )
 
 _COLORS = {Outcome.PASS: "32", Outcome.FAIL: "31", Outcome.ERROR: "31;1", Outcome.SKIPPED: "33"}
@@ -61,7 +62,10 @@ def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose
     out: list[str] = []
     for r in reports:
         out.append(f"== {r.lab}: {r.title} -- {one_line(r.submission)}")
+        skipped = [c for c in r.checks if c.outcome is Outcome.SKIPPED]
         for c in r.checks:
+            if c.outcome is Outcome.SKIPPED and not verbose:
+                continue  # one line per reason, below
             tag = f"{c.outcome.symbol:<5}"
             if color:
                 tag = f"\x1b[{_COLORS[c.outcome]}m{tag}\x1b[0m"
@@ -80,10 +84,14 @@ def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose
                 extra = f", {row['gbps']} GB/s ({row.get('pct_dram_peak', '?')}% of DRAM peak)"
             noisy = " [noisy: CV above the limit after a re-measure]" if row.get("noisy") else ""
             out.append(f"  time {lib}: median {row['median_ms']:.4f} ms, min {row['min_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}{extra}{noisy}")
-        skipped = [c for c in r.checks if c.outcome is Outcome.SKIPPED]
-        if skipped:
-            reasons = sorted({clean_line(c.message) for c in skipped})
-            out.append(f"  skipped {len(skipped)} checks: " + "; ".join(reasons))
+        for reason, group in _by_reason(skipped).items() if not verbose else ():
+            tag = f"{Outcome.SKIPPED.symbol:<5}"
+            if color:
+                tag = f"\x1b[{_COLORS[Outcome.SKIPPED]}m{tag}\x1b[0m"
+            pts = f"{0:>5}/{fmt_points(sum(c.max_points for c in group)):<3}"
+            out.append(f"  {tag} {pts} {plural(len(group), 'check')} ({', '.join(c.id for c in group)}): {reason}")
+        if skipped and verbose:
+            out.append(f"  skipped {plural(len(skipped), 'check')}: " + "; ".join(_by_reason(skipped)))
         if r.environment.get("sandbox"):
             out.append(f"  sandbox: {clean_line(str(r.environment['sandbox']))}")
         out.append(f"  {score_line(r, note)}")
@@ -95,6 +103,14 @@ def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose
                    + (f" {note}" if note else ""))
     # Student text is in many of these lines: none may become a GitHub workflow command.
     return neutralize_commands("\n".join(out) + "\n")
+
+
+def _by_reason(checks: list[CheckResult]) -> dict[str, list[CheckResult]]:
+    """The checks by the reason they give, in the order the reasons first come."""
+    groups: dict[str, list[CheckResult]] = {}
+    for c in checks:
+        groups.setdefault(clean_line(c.message), []).append(c)
+    return groups
 
 
 def _cell(text: str) -> str:
