@@ -4,6 +4,7 @@ wrapper that runs grading as another user is run for real (as this user) on a co
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -23,7 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "ci" / "github" / "grade.yml"
 TEMPLATE_WORKFLOW = ROOT / "student_template" / ".github" / "workflows" / "grade.yml"
 RUNNER = ROOT / "ci" / "runner"
-SCRIPTS = [RUNNER / "setup-runner.sh", RUNNER / "runner-prepare", RUNNER / "runner-clean", RUNNER / "cuda-grader-ci"]
+SCRIPTS = [RUNNER / "setup-runner.sh", RUNNER / "runner-prepare", RUNNER / "runner-clean", RUNNER / "cuda-grader-ci",
+           RUNNER.parent / "slurm" / "grade-class.sbatch"]
 WORKFLOWS = sorted({*ROOT.glob("ci/github/*.yml"), *ROOT.glob("**/.github/workflows/*.yml"),
                     *ROOT.glob("**/.github/workflows/*.yaml")})
 
@@ -218,3 +220,25 @@ def test_the_wrapper_needs_a_runner_with_a_gpu(wrapper):
     proc = subprocess.run([str(wrapper)], input=b"", env={"PATH": os.environ["PATH"], "SUDO_USER": "someone"},
                           capture_output=True, timeout=60)
     assert proc.returncode == 3 and "no GPU is assigned to runner user someone" in proc.stderr.decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="setup-runner.sh runs as root only (CI runs as root)")
+def test_setup_runner_refuses_a_runner_tarball_whose_sha256_differs(tmp_path):
+    """What its usage says: the tarball is checked against the SHA-256 the release page lists,
+    before the course bundle, the tools or the GPUs are looked at."""
+    tarball = tmp_path / "actions-runner-linux-x64-2.330.0.tar.gz"
+    tarball.write_bytes(b"not the runner")
+    token = tmp_path / "token"
+    token.write_text("t")
+    good = hashlib.sha256(tarball.read_bytes()).hexdigest()
+
+    def setup(*sha: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(RUNNER / "setup-runner.sh"), "--org", "course", "--token-file", str(token),
+                               "--runner-tar", str(tarball), *sha, "--course-bundle", str(tmp_path / "none"),
+                               "--grader", "cuda-lab-grader==0.1.0"], capture_output=True, text=True, timeout=60)
+
+    assert "missing --runner-sha256" in setup().stderr
+    wrong = setup("--runner-sha256", "0" * 64)
+    assert wrong.returncode == 1 and f"the SHA-256 of {tarball} is {good}, not {'0' * 64}" in wrong.stderr
+    right = setup("--runner-sha256", good.upper())
+    assert right.returncode == 1 and "--course-bundle:" in right.stderr and "SHA-256" not in right.stderr

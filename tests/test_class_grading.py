@@ -446,3 +446,11 @@ def test_the_slurm_script_grades_one_shard_per_task_and_merges_them(klass, tmp_p
     assert done.returncode == 0, done.stderr
     _, rows = _rows(results / "class")
     assert list(rows) == ["alice", "dave"] and float(rows["alice"]["tiled_matmul"]) == 2
+    # an sbatch that refuses the merge step keeps no shard from being graded, and says what to run
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: QOSMaxSubmitJobPerUserLimit' >&2\nexit 1\n")
+    refused = tmp_path / "refused"
+    done = subprocess.run(["bash", str(script), str(tmp_path / "roster.csv"), str(refused)], cwd=ROOT, capture_output=True,
+                          text=True, env={**env, "SLURM_ARRAY_TASK_ID": "1"}, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "warning: could not submit the merge step" in done.stderr and f"--merge {refused} 2" in done.stderr
+    assert (refused / "shards" / "1" / "grades.csv").is_file()

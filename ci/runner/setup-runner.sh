@@ -4,7 +4,7 @@
 # rule that lets each runner's user run exactly one command as that user. See README.md here.
 #
 #   sudo ci/runner/setup-runner.sh --org COURSE_ORG --token-file FILE --runner-tar actions-runner-linux-x64-2.X.tar.gz \
-#        --course-bundle DIR --grader 'cuda-lab-grader[gpu]==0.1.0' [options]
+#        --runner-sha256 HEX --course-bundle DIR --grader 'cuda-lab-grader[gpu]==0.1.0' [options]
 #
 # Run it again to update the grader, the course bundle or the runner: it replaces them and
 # restarts the runners (a running job is stopped).
@@ -24,12 +24,13 @@ WRAPPER=/usr/local/sbin/cuda-grader-ci
 LIBEXEC=/usr/local/libexec/cuda-grader
 UNIT=cuda-grader-runner@
 
-org="" token_file="" runner_tar="" bundle="" grader="" labels="self-hosted,linux,gpu" group_id=1
+org="" token_file="" runner_tar="" runner_sha256="" bundle="" grader="" labels="self-hosted,linux,gpu" group_id=1
 gpus="" cuda_home=/usr/local/cuda time_limit=600 python=python3 api=https://api.github.com
 
 usage() {
     cat <<'EOF'
-usage: setup-runner.sh --org ORG --token-file FILE --runner-tar TARBALL --course-bundle DIR --grader REQUIREMENT
+usage: setup-runner.sh --org ORG --token-file FILE --runner-tar TARBALL --runner-sha256 HEX --course-bundle DIR
+                       --grader REQUIREMENT
                        [--labels L1,L2,...] [--runner-group-id ID] [--gpus 0,1,...] [--cuda-home DIR]
                        [--time-limit SECONDS] [--python PYTHON] [--github-api URL]
 
@@ -37,8 +38,8 @@ usage: setup-runner.sh --org ORG --token-file FILE --runner-tar TARBALL --course
   --token-file      a file with a token allowed to manage the organization's self-hosted runners
                     (fine-grained: organization permission "Self-hosted runners: read and write");
                     copied to /etc/cuda-grader, readable by root only
-  --runner-tar      the actions/runner release tarball for linux-x64 (2.327.1 or newer), checked
-                    against the SHA-256 that its release page lists
+  --runner-tar      the actions/runner release tarball for linux-x64 (2.327.1 or newer)
+  --runner-sha256   the tarball's SHA-256 as its release page lists it: a tarball that differs is refused
   --course-bundle   the output of `cuda-grader release --course --out DIR` (DIR)
   --grader          the pip requirement of the grader, the same pin as the workflow's GRADER_PACKAGE
                     (a version, a wheel file, or git+https://...@<commit>)
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
         --org) org=$2; shift 2 ;;
         --token-file) token_file=$2; shift 2 ;;
         --runner-tar) runner_tar=$2; shift 2 ;;
+        --runner-sha256) runner_sha256=$2; shift 2 ;;
         --course-bundle) bundle=$2; shift 2 ;;
         --grader) grader=$2; shift 2 ;;
         --labels) labels=$2; shift 2 ;;
@@ -72,7 +74,7 @@ while [ $# -gt 0 ]; do
 done
 
 [ "$(id -u)" -eq 0 ] || die "run as root (sudo)"
-for opt in org token_file runner_tar bundle grader; do
+for opt in org token_file runner_tar runner_sha256 bundle grader; do
     [ -n "${!opt}" ] || { usage >&2; die "missing --${opt//_/-}"; }
 done
 [[ "$org" =~ ^[A-Za-z0-9][A-Za-z0-9-]*$ ]] || die "--org: not an organization name: $org"
@@ -81,6 +83,10 @@ done
 [[ "$time_limit" =~ ^[0-9]+$ ]] || die "--time-limit: a number of seconds"
 [ -s "$token_file" ] || die "--token-file: empty or missing: $token_file"
 [ -f "$runner_tar" ] || die "--runner-tar: not found: $runner_tar"
+[[ "$runner_sha256" =~ ^[0-9a-fA-F]{64}$ ]] || die "--runner-sha256: not a SHA-256 (64 hex digits): $runner_sha256"
+actual_sha256=$(sha256sum "$runner_tar" | cut -d' ' -f1)
+[ "$actual_sha256" = "${runner_sha256,,}" ] \
+    || die "--runner-tar: the SHA-256 of $runner_tar is $actual_sha256, not ${runner_sha256,,}: download it again from the release page"
 grep -qx 'kind: course' "$bundle/bundle.yaml" 2>/dev/null \
     || die "--course-bundle: $bundle is not a course bundle (write one with: cuda-grader release --course --out DIR)"
 [ -x "$cuda_home/bin/nvcc" ] || die "--cuda-home: no nvcc in $cuda_home/bin (install the CUDA toolkit 13)"
