@@ -360,3 +360,78 @@ def test_installed_grade_class_on_gpu_lanes_grades_with_the_labs_given(fresh, wh
             checks = {c["id"]: c for c in lab["checks"]}
             assert checks["compile"]["outcome"] == "pass", (where, student, checks["compile"])  # not "no labs found"
             assert (doc["identity"]["labs_origin"], doc["identity"]["labs_folder"]) == ("--labs", str(course / "labs"))
+
+
+def _course_bundle(grader: Path, env: dict[str, str], tmp: Path) -> Path:
+    """The course bundle, written by the installed grader (`release --course`)."""
+    course = tmp / "trust-course"
+    if not course.exists():
+        assert run([str(grader), "--labs", str(ROOT / "labs"), "release", "--course", "--out", str(course)], tmp, env).returncode == 0
+    return course
+
+
+@pytest.mark.wheel
+def test_the_slurm_script_grades_and_merges_a_class_with_the_installed_wheel_and_the_course_bundle(fresh, wheel_repo, tmp_path):
+    """As a cluster runs it: GRADER is the venv's cuda-grader (no checkout anywhere), the labs are the
+    course bundle's through GRADER_LABS_DIR, the job starts in a folder of its own."""
+    grader, env, tmp = fresh
+    course = _course_bundle(grader, env, tmp)
+    folder = class_of(tmp_path, wheel_repo)
+    (tmp_path / "roster.csv").write_text(f"student,path\nalice,{folder / 'alice'}\nbob,{folder / 'bob'}\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/sbatch.log\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    job = {**env, "PATH": f"{bin_dir}:{env['PATH']}", "GRADER": str(grader), "GRADER_LABS_DIR": str(course / "labs"),
+           "GRADER_NO_GPU": "1", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "1",
+           "SLURM_CPUS_PER_TASK": "2"}
+    script = ROOT / "ci" / "slurm" / "grade-class.sbatch"
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    results = tmp_path / "results"
+    for task in ("1", "2"):
+        done = run(["bash", str(script), str(tmp_path / "roster.csv"), str(results)], workdir, {**job, "SLURM_ARRAY_TASK_ID": task})
+        assert done.returncode == 0, done.stderr
+    assert run(["bash", str(script), "--merge", str(results), "2"], workdir, job).returncode == 0
+    rows = (results / "class" / "grades.csv").read_text().splitlines()
+    assert rows[0].startswith("student,") and [r.split(",")[0] for r in rows[1:]] == ["alice", "bob"]
+    for student in ("alice", "bob"):
+        doc = json.loads((results / "class" / "students" / student / "report.json").read_text())
+        assert (doc["identity"]["labs_origin"], doc["identity"]["labs_folder"]) == ("GRADER_LABS_DIR", str(course / "labs"))
+
+
+@pytest.mark.wheel
+def test_the_runner_wrapper_grades_with_the_installed_wheel_and_the_course_bundle(fresh, tmp_path):
+    """cuda-grader-ci as setup-runner.sh installs it: its venv is the wheel's, its labs the course bundle."""
+    import io
+    import subprocess
+    import tarfile
+
+    if not sandbox.detect().active:
+        pytest.skip(f"the wrapper refuses to grade without a sandbox: {sandbox.detect().reason}")
+    grader, env, tmp = fresh
+    course = _course_bundle(grader, env, tmp)
+    text = (ROOT / "ci" / "runner" / "cuda-grader-ci").read_text()
+    script = tmp_path / "cuda-grader-ci"
+    script.write_text(text.replace("CONF=/etc/cuda-grader/ci.conf\n", f"CONF={tmp_path / 'ci.conf'}\n"))
+    script.chmod(0o755)
+    for name in ("home", "cache", "tmp"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "gpus").write_text("ghrunner-0 0\n")
+    (tmp_path / "ci.conf").write_text(
+        f"GRADER_VENV={grader.parent.parent}\nCOURSE_LABS={course / 'labs'}\nRUNNER_GPUS={tmp_path / 'gpus'}\n"
+        f"CACHE_DIR={tmp_path / 'cache'}\nGRADER_HOME={tmp_path / 'home'}\nGRADER_TMP={tmp_path / 'tmp'}\nTIME_LIMIT=300\n")
+    stub = (ROOT / "student_template" / "labs" / "tiled_matmul" / "student.cu").read_bytes()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("labs/tiled_matmul/student.cu")
+        info.size = len(stub)
+        tar.addfile(info, io.BytesIO(stub))
+    proc = subprocess.run([str(script)], input=buf.getvalue(), capture_output=True, timeout=600,
+                          env={"PATH": env["PATH"], "SUDO_USER": "ghrunner-0", "GRADER_NO_GPU": "1"})
+    assert proc.returncode == 0, proc.stderr.decode()
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        doc = json.load(tar.extractfile("report.json"))  # type: ignore[arg-type]
+    assert doc["identity"]["labs_folder"] == str(course / "labs")
+    labs = {lab["lab"]: {c["id"]: c["outcome"] for c in lab["checks"]} for lab in doc["labs"]}
+    assert labs["tiled_matmul"]["compile"] == "pass" and len(labs) == 5  # the others not handed in
