@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--out", type=Path, required=True, help="the folder to write (new, empty, or an earlier release)")
     e.add_argument("--course", action="store_true", help="the course bundle: every lab with its reference solution and "
                                                          "baselines, no known solutions (use it with --labs DIR/labs)")
+    e.add_argument("--grader-wheel", type=Path, metavar="WHEEL", help="the grader's wheel the course publishes: the student "
+                                                                      "repository's workflow and README pin it by --grader-url and its SHA-256")
+    e.add_argument("--grader-url", metavar="URL", help="the https:// address WHEEL is published at (a GitHub release's asset)")
     for parser in sub.choices.values():
         _labs_option(parser, argparse.SUPPRESS)
     return p
@@ -353,7 +356,10 @@ def cmd_labs(_: argparse.Namespace) -> int:
 
 
 def cmd_release(args: argparse.Namespace) -> int:
-    written = releasing.release(labs_dir(), args.out, course=args.course)
+    if (args.grader_wheel is None) != (args.grader_url is None) or (args.grader_wheel is not None and args.course):
+        raise GraderError("release: --grader-wheel and --grader-url go together, and only with a student repository")
+    pin = releasing.wheel_pin(args.grader_wheel, args.grader_url) if args.grader_wheel is not None else ""
+    written = releasing.release(labs_dir(), args.out, course=args.course, pin=pin)
     what = ("the course bundle: grade with `--labs " + str(args.out / "labs") + "`" if args.course
             else f"a student repository, its labs bundled in {BUNDLE_LABS}")
     print(f"wrote {len(written)} files to {shown(args.out)}: {what}")

@@ -16,6 +16,8 @@ back), so a bundle grades exactly as the course repository does.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import re
 import shutil
 import string
 from pathlib import Path
@@ -44,8 +46,10 @@ HEADER_NOTE = ("# Written by `cuda-grader release` from the course's labs/{lab}/
                "# pointing into this bundle. The course's runner grades with the course's own copy.\n")
 
 
-def release(labs_root: Path, out: Path, course: bool = False) -> list[Path]:
-    """Write a student repository (or with ``course``, a course bundle) into ``out``; the files written."""
+def release(labs_root: Path, out: Path, course: bool = False, pin: str = "") -> list[Path]:
+    """Write a student repository (or with ``course``, a course bundle) into ``out``; the files written.
+    ``pin``: the grader the student repository's workflow installs (see :func:`wheel_pin`); by
+    default the course workflow's own."""
     specs = _course_labs(labs_root)
     manifest = out / MANIFEST if course else out / BUNDLE_DIR / MANIFEST
     _check_target(out, manifest, labs_root)
@@ -61,7 +65,7 @@ def release(labs_root: Path, out: Path, course: bool = False) -> list[Path]:
                         f"labs: [{', '.join(s.id for s in specs)}]\n", encoding="utf-8")
     written.append(manifest)
     if not course:
-        written += _student_repository(labs_root, specs, out)
+        written += _student_repository(labs_root, specs, out, pin)
         _check_nothing_secret(out, specs)
     return sorted(written)
 
@@ -154,15 +158,13 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _student_repository(labs_root: Path, specs: list[LabSpec], out: Path) -> list[Path]:
+def _student_repository(labs_root: Path, specs: list[LabSpec], out: Path, pin: str = "") -> list[Path]:
     course_root = labs_root.parent
     workflow = course_root / WORKFLOW
     if not workflow.is_file():
         raise GraderError("not found: the workflow students' repositories run (see ci/ in the grader's repository)",
                           path=workflow)
-    written = [out / WORKFLOW_TARGET]
-    (out / WORKFLOW_TARGET).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(workflow, out / WORKFLOW_TARGET)
+    written = [_write(out / WORKFLOW_TARGET, pinned_workflow(workflow, pin) if pin else workflow.read_text(encoding="utf-8"))]
     for spec in specs:
         stub = out / "labs" / spec.id / "student.cu"
         stub.parent.mkdir(parents=True, exist_ok=True)
@@ -173,22 +175,60 @@ def _student_repository(labs_root: Path, specs: list[LabSpec], out: Path) -> lis
     if not template.is_file():
         raise GraderError("not found: the template of a student repository's README", path=template)
     rows = "\n".join(f"| {s.id} | `labs/{s.id}/student.cu` | {s.title} |" for s in specs)
+    package = grader_pin(out / WORKFLOW_TARGET)
+    install = (f"~/.venvs/cuda-grader/bin/pip install '{package}'" if package else
+               "# your course publishes the grader's wheel: install the URL and SHA-256 it gives, as\n"
+               "~/.venvs/cuda-grader/bin/pip install 'cuda-lab-grader[gpu] @ https://.../cuda_lab_grader-X.Y.Z-py3-none-any.whl#sha256=...'")
     text = string.Template(template.read_text(encoding="utf-8")).substitute(
-        labs=rows, package=grader_pin(workflow), version=__version__, bundle=BUNDLE_LABS)
+        labs=rows, install=install, version=__version__, bundle=BUNDLE_LABS)
     written.append(_write(out / "README.md", text.rstrip() + "\n"))
     return written
 
 
+#: A pin of the grader that no one can stand in for: a wheel's URL with its SHA-256, or a commit.
+PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*(\[[a-z0-9,-]+\])?) @ "
+                 r"(https://\S+\.whl#sha256=[0-9a-f]{64}|git\+https://\S+@[0-9a-f]{40})")
+UNPINNED = ("a name or version on a public index can be published by anyone: pin the grader by its wheel's URL and "
+            "SHA-256 (cuda-grader release --grader-wheel WHEEL --grader-url URL), or by a commit "
+            "(NAME @ git+https://...@<40-hex commit>)")
+
+
 def grader_pin(workflow: Path) -> str:
-    """The grader the workflow installs: its top-level ``env.GRADER_PACKAGE``."""
+    """The grader the workflow installs: its top-level ``env.GRADER_PACKAGE`` ("" where the course
+    has not pinned one: its runner grades, and the workflow installs nothing)."""
     try:
         data = yaml.safe_load(workflow.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise GraderError(f"malformed YAML: {exc}", path=workflow) from None
-    pin = (data.get("env") or {}).get(PIN_KEY) if isinstance(data, dict) else None
-    if not isinstance(pin, str) or not pin.strip():
-        raise GraderError(f"expected the grader's pin (a pip requirement), got {pin!r}", path=workflow, key=f"env.{PIN_KEY}")
+    env = data.get("env") if isinstance(data, dict) else None
+    pin = env.get(PIN_KEY) if isinstance(env, dict) else None
+    if not isinstance(pin, str):
+        raise GraderError(f"expected the grader's pin (a pip requirement, or \"\"), got {pin!r}", path=workflow, key=f"env.{PIN_KEY}")
+    if pin.strip() and not PIN.fullmatch(pin.strip()):
+        raise GraderError(f"{pin.strip()!r} is not pinned: {UNPINNED}", path=workflow, key=f"env.{PIN_KEY}")
     return pin.strip()
+
+
+def wheel_pin(wheel: Path, url: str, extras: str = "[gpu]") -> str:
+    """The pin of ``wheel`` published at ``url``: ``NAME[gpu] @ URL#sha256=HEX``."""
+    if not wheel.is_file() or wheel.suffix != ".whl":
+        raise GraderError("not a wheel file (build one with: pip wheel --no-deps -w dist .)", path=wheel)
+    if not url.startswith("https://") or "#" in url or any(c.isspace() for c in url):
+        raise GraderError(f"--grader-url: expected the https:// address of the published wheel, got {url!r}")
+    if url.rsplit("/", 1)[-1] != wheel.name:
+        raise GraderError(f"--grader-url: the address must end in the wheel's file name {wheel.name!r} (pip checks it), "
+                          f"got {url.rsplit('/', 1)[-1]!r}")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    return f"{wheel.name.split('-', 1)[0].replace('_', '-')}{extras} @ {url}#sha256={digest}"
+
+
+def pinned_workflow(workflow: Path, pin: str) -> str:
+    """The workflow's text with ``pin`` as its ``GRADER_PACKAGE`` (comments and layout kept)."""
+    text = workflow.read_text(encoding="utf-8")
+    line = re.compile(rf'^(\s+{PIN_KEY}:) .*$', re.MULTILINE)
+    if len(line.findall(text)) != 1:
+        raise GraderError(f"expected one {PIN_KEY}: line in env", path=workflow, key=f"env.{PIN_KEY}")
+    return line.sub(lambda m: f'{m.group(1)} "{pin}"', text)
 
 
 def _check_nothing_secret(out: Path, specs: list[LabSpec]) -> None:

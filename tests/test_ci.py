@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from grader import __version__
+from grader.errors import GraderError
 from grader.release import PIN_KEY, grader_pin
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,9 +108,60 @@ def test_the_workflow_script_parses_and_passes_shellcheck(tmp_path):
     assert proc.returncode == 0, proc.stdout
 
 
-def test_the_workflow_pins_this_version_of_the_grader():
-    pin = grader_pin(WORKFLOW)
-    assert pin == f"cuda-lab-grader[gpu]=={__version__}", f"env.{PIN_KEY} in {WORKFLOW} is {pin!r}"
+def test_the_course_workflow_pins_no_grader_by_name():
+    """No name on a public index can stand in for the grader: the course's workflow pins nothing
+    until the course publishes its wheel, and a pin by name or version is refused."""
+    assert grader_pin(WORKFLOW) == "", f"env.{PIN_KEY} in {WORKFLOW}"
+    assert grader_pin(TEMPLATE_WORKFLOW) == ""
+
+
+@pytest.mark.parametrize("pin,ok", [
+    (f"cuda-lab-grader[gpu]=={__version__}", False),
+    ("cuda-lab-grader[gpu]", False),
+    ("cuda-lab-grader[gpu] @ https://example.org/cuda_lab_grader-0.1.0-py3-none-any.whl", False),  # no hash
+    ("cuda-lab-grader[gpu] @ https://example.org/cuda_lab_grader-0.1.0-py3-none-any.whl#sha256=" + "ab" * 32, True),
+    ("cuda-lab-grader[gpu] @ git+https://example.org/course/grader@" + "0" * 40, True),
+    ("cuda-lab-grader[gpu] @ git+https://example.org/course/grader@main", False),  # a branch moves
+])
+def test_a_grader_pin_is_a_wheel_with_its_hash_or_a_commit(tmp_path, pin, ok):
+    workflow = tmp_path / "grade.yml"
+    workflow.write_text(WORKFLOW.read_text().replace('GRADER_PACKAGE: ""', f'GRADER_PACKAGE: "{pin}"'))
+    if ok:
+        assert grader_pin(workflow) == pin
+    else:
+        with pytest.raises(GraderError, match="is not pinned: a name or version on a public index can be published by anyone"):
+            grader_pin(workflow)
+
+
+def test_release_pins_the_published_wheel_by_url_and_sha256(tmp_path):
+    from grader.cli import main
+
+    wheel = tmp_path / f"cuda_lab_grader-{__version__}-py3-none-any.whl"
+    wheel.write_bytes(b"the course's build of the grader")
+    url = f"https://github.com/course/grader/releases/download/v{__version__}/{wheel.name}"
+    repo = tmp_path / "repo"
+    assert main(["release", "--out", str(repo), "--grader-wheel", str(wheel), "--grader-url", url]) == 0
+    pin = f"cuda-lab-grader[gpu] @ {url}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}"
+    assert grader_pin(repo / ".github" / "workflows" / "grade.yml") == pin
+    assert f"pip install '{pin}'" in (repo / "README.md").read_text()
+    assert main(["release", "--out", str(tmp_path / "r2"), "--grader-wheel", str(wheel), "--grader-url",
+                 url.replace(wheel.name, "other.whl")]) == 2
+    assert main(["release", "--out", str(tmp_path / "r3"), "--grader-wheel", str(wheel)]) == 2
+
+
+@pytest.mark.parametrize("package,says", [
+    (f"cuda-lab-grader[gpu]=={__version__}", "GRADER_PACKAGE is not pinned by URL and SHA-256 or by commit"),
+    ("", "this course grades on its own runner, and none is here"),
+])
+def test_the_workflow_installs_no_grader_that_is_not_pinned(tmp_path, package, says):
+    (job,) = _workflow()["jobs"].values()
+    script = tmp_path / "grade.sh"
+    script.write_text("#!/bin/bash\n" + next(s for s in job["steps"] if s["name"] == "Grade")["run"])
+    env = {"PATH": os.environ["PATH"], "RUNNER_TEMP": str(tmp_path), "GRADER_CI": str(tmp_path / "no-runner-here"),
+           "GRADER_PACKAGE": package, "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"::error::{says}" in proc.stdout
+    assert not (tmp_path / "cuda-grader-venv").exists()  # nothing was installed
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)

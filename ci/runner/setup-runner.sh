@@ -4,7 +4,7 @@
 # rule that lets each runner's user run exactly one command as that user. See README.md here.
 #
 #   sudo ci/runner/setup-runner.sh --org COURSE_ORG --token-file FILE --runner-tar actions-runner-linux-x64-2.X.tar.gz \
-#        --runner-sha256 HEX --course-bundle DIR --grader 'cuda-lab-grader[gpu]==0.1.0' [options]
+#        --runner-sha256 HEX --course-bundle DIR --grader './dist/cuda_lab_grader-0.1.0-py3-none-any.whl[gpu]' [options]
 #
 # Run it again to update the grader, the course bundle or the runner: it replaces them and
 # restarts the runners (a running job is stopped).
@@ -41,8 +41,8 @@ usage: setup-runner.sh --org ORG --token-file FILE --runner-tar TARBALL --runner
   --runner-tar      the actions/runner release tarball for linux-x64 (2.327.1 or newer)
   --runner-sha256   the tarball's SHA-256 as its release page lists it: a tarball that differs is refused
   --course-bundle   the output of `cuda-grader release --course --out DIR` (DIR)
-  --grader          the pip requirement of the grader, the same pin as the workflow's GRADER_PACKAGE
-                    (a version, a wheel file, or git+https://...@<commit>)
+  --grader          the pip requirement of the grader: the course's wheel file, or the pin of the
+                    workflow's GRADER_PACKAGE (NAME @ URL#sha256=..., or git+https://...@<commit>)
   --labels          the runner's labels, comma-separated (default: self-hosted,linux,gpu; the workflow's
                     CUDA_GRADER_RUNNER_LABELS must match)
   --runner-group-id the organization runner group the runners join (default: 1, "Default")
