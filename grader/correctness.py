@@ -90,6 +90,10 @@ def output_limit(want: np.ndarray) -> int:
     return int(want.nbytes) + (64 << 10)
 
 
+#: A case killed at its time limit is run once more with this many times the limit (see ``_run_again``).
+RETRY_FACTOR = 3.0
+
+
 class SharingFailed(RuntimeError):
     """The trusted worker could not share or read a case's buffers: the grader's failure."""
 
@@ -148,10 +152,13 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
     answers: set[str] = set()  # a digest of each run's outputs: do the runs agree?
     launched: set[str] | None = set()
     share = str(shared.data["share"])
+    slow_note = ""
     for run in range(case.repeat):
         task = case_task(str(sub.library), launcher_spec(spec), dict(case.params), share, shared.data["buffers"],
                          guard=spec.correctness.guard_elements)
         result = worker.run(task, sub.time_left(spec.correctness.time_limit_s), shared.fds)
+        if result.status == Status.TIMEOUT.value and not slow_note:
+            result, slow_note = _run_again(sub, worker, trusted, task, shared, result, readings / f"{run}-killed")
         if result.status != Status.OK.value:
             return failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
         names = result.data.get("kernels_launched")
@@ -192,8 +199,27 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
     runs = f", {case.repeat} runs" if case.repeat > 1 else ""
     return CheckResult(
         cid, Stage.CORRECTNESS, Outcome.PASS, case.points, case.points,
-        f"correct (largest error {max_err:.2g}{runs})", "", measured, seconds,
+        f"correct (largest error {max_err:.2g}{runs}){slow_note}", "", measured, seconds,
     )
+
+
+def _run_again(sub: Submission, worker: WorkerSession, trusted: WorkerSession, task: Task, shared: TaskResult,
+               killed: TaskResult, scratch: Path) -> tuple[TaskResult, str]:
+    """A call killed at the case's limit, run once more with ``RETRY_FACTOR`` times as long (as the
+    submission's own limit allows): a busy host never decides the verdict. (its result, a note for
+    the verdict where it then finished)."""
+    limit = sub.spec.correctness.time_limit_s
+    longer = sub.time_left(limit * RETRY_FACTOR)
+    if longer <= limit:
+        return killed, ""
+    # the buffers as before the first call: filled again by the trusted worker, whatever it left
+    trusted.run(read_task(str(shared.data["share"]), str(scratch), True, task["launcher"]), 120.0)
+    again = worker.run(task, longer, shared.fds)
+    if again.status == Status.TIMEOUT.value:
+        return dataclasses.replace(again, reason=f"did not finish within {limit:g} s, nor within {longer:g} s when run again, "
+                                                 "and was killed (infinite loop or deadlock?)"), ""
+    return again, (f"; it took {again.seconds:.1f} s, over the case's limit of {limit:g} s, and was run again with "
+                   f"{longer:g} s to finish")
 
 
 def tool_task(sub: Submission, check: SanitizerCheck | CounterCheck, dirs: RunDirs, library: Path | None = None) -> Task:

@@ -67,7 +67,8 @@ def grading_section(spec: LabSpec) -> str:
     out.append(f"**Correctness** ({fmt_points(total)} points). Each case runs your launcher on fresh random inputs; "
                f"every output {how}. {_output_start(spec)} Every output has "
                f"{spec.correctness.guard_elements} guard elements on each side: writing outside a buffer, or changing "
-               f"an input, fails the case. A case that runs longer than {spec.correctness.time_limit_s:g} s is stopped.")
+               f"an input, fails the case. A case that runs longer than {spec.correctness.time_limit_s:g} s is stopped and run once more "
+               f"with three times as long; if it does not finish then either, it is an error.")
     out.append("")
     out.append("| Case | Points | Runs |")
     out.append("| --- | --- | --- |")

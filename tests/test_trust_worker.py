@@ -296,3 +296,54 @@ def test_a_case_is_judged_on_the_trusted_workers_reading_whatever_the_students_w
     kinds = [t["kind"] for t, _ in trusted.tasks]
     assert kinds == [Kind.SHARE.value, *[Kind.READ.value] * case.repeat, Kind.DROP.value]
     assert sorted(closed) == [7, 8, 9]  # the grader's copies of the descriptors are closed
+
+
+@pytest.mark.parametrize("second,left,expect", [
+    ("ok", 60.0, "correct (largest error 0); it took 14.0 s, over the case's limit of 10 s, and was run again with 30 s to finish"),
+    ("timeout", 60.0, "did not finish within 10 s, nor within 30 s when run again, and was killed (infinite loop or deadlock?)"),
+    (None, 10.0, "did not finish within 10 s and was killed"),  # the submission's own limit leaves no room
+])
+def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tmp_path, second, left, expect):
+    """A busy host must not decide a verdict: a call killed at the case's limit gets one more run,
+    on buffers the trusted worker fills again, before its timeout becomes the verdict."""
+    import numpy as np
+
+    from grader.correctness import grade_case
+    from grader.labs import load_problem
+    from grader.worker.protocol import Kind
+
+    spec = find_lab("tiled_matmul")
+    case = spec.correctness.cases[0]
+    problem = load_problem(spec)
+    want = {}
+
+    def trusted_answer(task):
+        if task["kind"] == Kind.SHARE.value:
+            want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
+            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+        if task["kind"] == Kind.READ.value:
+            Path(task["out_dir"]).mkdir(parents=True)
+            np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
+            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": []})
+        return TaskResult("ok", {})
+
+    killed = TaskResult("timeout", reason="did not finish within 10 s and was killed (infinite loop or deadlock?)", seconds=10.0)
+    answers = iter([killed, TaskResult("timeout", seconds=30.0) if second == "timeout" else
+                    TaskResult("ok", {"seconds": 14.0, "kernels_launched": ["k"]}, seconds=14.0)])
+    limits: list[float] = []
+
+    def student_answer(task, limit):
+        limits.append(limit)
+        return next(answers)
+
+    student = _Session(tmp_path, "student", None)
+    student.run = lambda task, limit, fds=(): student_answer(task, limit)
+    trusted = _Session(tmp_path, "trusted", trusted_answer)
+    sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
+                          time_left=lambda limit=math.inf: min(limit, left))
+    check = grade_case(sub, student, trusted, case, "case0")
+    assert check.message.startswith(expect), check.message
+    assert check.outcome is (Outcome.PASS if second == "ok" else Outcome.ERROR)
+    assert limits == ([10.0, 30.0] if second else [10.0])
+    refills = [t for t, _ in trusted.tasks if t["kind"] == Kind.READ.value and t["keep"]]
+    assert len(refills) == (1 if second else 0)  # the buffers filled again before the second run
