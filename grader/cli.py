@@ -38,6 +38,7 @@ from .paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo
 from .repo import grade_repo, repo_labs, submission_rel
 from .report import files as report_files
 from .report import text
+from .safeio import regular_file
 from .textutil import clean, clean_line, neutralize_commands, plural
 from .validate import render as render_validation
 from .validate import validate
@@ -217,8 +218,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if source is None:
         raise GraderError(f"a student bundle has no reference solution to grade: give your file, e.g. "
                           f"`cuda-grader grade {spec.id} labs/{spec.id}/student.cu`", path=spec.source)
-    if not os.path.lexists(source):  # a path mistyped on the command line; a file that is there is graded
-        raise GraderError("file not found", path=source)
+    # a path given on the command line: a mistyped one, a FIFO or a device is the user's input error
+    regular_file(source, "a submitted source file")
     _say_bundle(args)
     if args.fail_under is not None:
         _fail_under(args.fail_under, spec.max_points)  # reject a bad value before the work

@@ -79,6 +79,18 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEX
 _DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
 
 
+def regular_file(path: Path, what: str = "the file") -> None:
+    """Refuse ``path`` unless it is a regular file itself (no link, FIFO, device or folder)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise GraderError("file not found", path=path) from None
+    except OSError as exc:
+        raise GraderError(f"cannot read it ({exc.strerror})", path=path) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _refusal(path, info.st_mode, what)
+
+
 def read_file(path: Path, limit: int, what: str = "the file") -> bytes:
     """The bytes of ``path``, itself not a link (its folders may be: they are the user's choice)."""
     try:
