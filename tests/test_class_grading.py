@@ -454,3 +454,17 @@ def test_the_slurm_script_grades_one_shard_per_task_and_merges_them(klass, tmp_p
     assert done.returncode == 0, done.stderr
     assert "warning: could not submit the merge step" in done.stderr and f"--merge {refused} 2" in done.stderr
     assert (refused / "shards" / "1" / "grades.csv").is_file()
+
+
+def test_a_students_results_json_shows_no_folder_of_the_tas(tmp_path):
+    """An internal error's message names the TA's log file; what the student sees keeps only its id."""
+    from grader.classroom import gradescope
+    from grader.outcome import CheckResult, LabReport, Outcome, Stage
+
+    log = tmp_path / "ta-home" / ".cache" / "cuda-lab-grader" / "internal-errors.log"
+    check = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0,
+                        f"internal grader error 1a2b3c (RuntimeError: boom); the trace is in {log}")
+    doc = gradescope.results([LabReport("tiled_matmul", "Tiled", "labs/tiled_matmul/student.cu", (check,))])
+    (test,) = doc["tests"]
+    assert str(tmp_path) not in json.dumps(doc)
+    assert test["output"] == "internal grader error 1a2b3c (RuntimeError: boom); the course staff have its trace (give them this id)"
