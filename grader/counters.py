@@ -25,7 +25,7 @@ from .procgroup import Stop
 from .runner import Isolation, RunDirs
 from .spec import CounterCheck, params_label, split_metrics
 from .submission import Submission
-from .textutil import cap_lines
+from .textutil import cap_lines, plural
 from .toolrun import TOOL_LOG, ToolRun, run_under_tool
 from .worker.protocol import Task
 
@@ -264,7 +264,7 @@ def hidden_kernels(launched: object, profiled: list[str]) -> str:
     if seen >= len(launched):
         return ""
     names = ", ".join(sorted(demangle(str(n)) for n in launched)[:5])
-    return (f"your launcher ran {len(launched)} distinct kernel{'s' if len(launched) > 1 else ''} ({names}) but the "
+    return (f"your launcher ran {plural(len(launched), 'distinct kernel')} ({names}) but the "
             f"profiler saw {seen}: kernels were hidden from it (cudaProfilerStop?), so nothing could be measured")
 
 

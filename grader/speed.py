@@ -15,6 +15,7 @@ from .runner import WorkerSession
 from .safeio import load_npy
 from .spec import Benchmark
 from .submission import Submission
+from .textutil import plural
 from .timing import TOO_SLOW_FACTOR, Measurement, SampleFailed, TimedRun, summarize
 from .worker import expr
 
@@ -158,7 +159,7 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
                "them: the timing was tampered with, and the work was not measured")
         return _all(bench, Outcome.ERROR, msg), timings
     if m.stopped_early:
-        late += (f"; sampling stopped after {student.n} sample{'s' if student.n > 1 else ''}: your kernel took more than "
+        late += (f"; sampling stopped after {plural(student.n, 'sample')}: your kernel took more than "
                  f"{TOO_SLOW_FACTOR:g}x the slowest baseline's time (printing from a kernel, or a busy loop?)")
     if m.by_clock:
         late += (f"; {m.by_clock} of {student.n} samples reported less time than the call took by the grader's own "

@@ -10,7 +10,7 @@ import time
 from typing import Any, TextIO
 
 from ..outcome import fmt_points
-from ..textutil import clean_line, neutralize_commands
+from ..textutil import clean_line, neutralize_commands, plural
 from .student import StudentResult
 
 #: What a lane says between students (shown on the live display only).
@@ -48,7 +48,7 @@ class Display:
             k = self.done_count
         elapsed = time.monotonic() - self.started
         eta = elapsed / k * (self.total - k)
-        trouble = f", {len(result.problems)} problem{'s' if len(result.problems) != 1 else ''}" if result.problems else ""
+        trouble = f", {plural(len(result.problems), 'problem')}" if result.problems else ""
         self.say(f"[{k}/{self.total}] {result.student}: {fmt_points(result.score)}/{fmt_points(result.max_score)} "
                  f"in {result.seconds:.1f} s on {result.lane or 'cpu'}{trouble} (ETA {eta:.0f} s)")
 

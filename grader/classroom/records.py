@@ -6,6 +6,7 @@ so they write the same files.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,7 @@ class StudentRecord:
     def score(self, lab: str) -> float | None:
         return next((s.score for s in self.labs if s.lab == lab), None)
 
-    @property
+    @functools.cached_property
     def not_handed_in(self) -> tuple[str, ...]:
         """The labs whose file the student's repository does not have."""
         return tuple(v.lab for v in self.verdicts if v.check == "compile" and v.outcome == "error"

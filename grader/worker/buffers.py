@@ -128,8 +128,8 @@ def address(slot: Slot, base: int) -> int:
     return base + slot.guard_bytes
 
 
-#: How a Buffers gets memory: (slot, host) -> a flat uint8 array (CuPy for device, numpy for host).
-Allocator = Callable[[Slot, bool], Any]
+#: How a Buffers gets memory: slot -> a flat uint8 array (numpy for a host slot, CuPy otherwise).
+Allocator = Callable[[Slot], Any]
 
 
 class Buffers:
@@ -156,7 +156,7 @@ class Buffers:
                 continue
             slot = item
             self.slots.append(slot)
-            raw = allocate(slot, slot.host)
+            raw = allocate(slot)
             if slot.role == "input":
                 host = np.ascontiguousarray(inputs[slot.name], dtype=slot.dtype).reshape(slot.shape)
                 self.host_inputs[slot.name] = host
@@ -170,8 +170,8 @@ class Buffers:
             self.arm(slot.name)
             self.args.append(address(slot, self._pointer(raw)))
 
-    def _allocate(self, slot: Slot, host: bool) -> Any:
-        if host:
+    def _allocate(self, slot: Slot) -> Any:
+        if slot.host:
             return np.empty(slot.total_bytes, dtype=np.uint8)
         if self.memcpy_only and slot.role == "output":  # no CuPy kernels: only student kernels get profiled
             return self.cp.asarray(np.empty(slot.total_bytes, dtype=np.uint8))

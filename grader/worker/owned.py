@@ -41,9 +41,9 @@ class Owned:
         self.mappings: list[shared.DeviceMapping | shared.HostMapping] = []
         self.described: list[SharedBuffer] = []
 
-    def allocate(self, slot: Slot, host: bool) -> Any:
+    def allocate(self, slot: Slot) -> Any:
         cp = self.cp
-        if host:
+        if slot.host:
             hm = shared.allocate_host(slot.total_bytes)
             raw: Any = np.frombuffer(hm.view, dtype=np.uint8, count=slot.total_bytes)
             mapping: shared.DeviceMapping | shared.HostMapping = hm
@@ -58,7 +58,7 @@ class Owned:
             raw = cp.ndarray((slot.total_bytes,), cp.uint8, cp.cuda.MemoryPointer(memory, 0))
             mapping, size = dm, dm.size
         self.mappings.append(mapping)
-        self.described.append(SharedBuffer(name=slot.name, size=size, host=host))
+        self.described.append(SharedBuffer(name=slot.name, size=size, host=slot.host))
         return raw
 
     def fds(self) -> list[int]:
