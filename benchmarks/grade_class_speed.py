@@ -1,18 +1,27 @@
-"""Wall time of grading a class, the GPU's busy fraction, and verdicts against grading each repository alone.
+"""Wall time of grading a class, each GPU's busy fraction, and verdicts against grading each repository alone.
 
-    python benchmarks/grade_class_speed.py [--students 40] [--no-gpu] [--no-compare] [--warm] [--keep DIR [--resume]] [-j N]
+    python benchmarks/grade_class_speed.py [--students 40] [--gpus all|0|0,1] [--no-gpu] [--no-compare] [--warm]
+                                           [--keep DIR [--resume]] [-j N]
+    python benchmarks/grade_class_speed.py --alone-only --keep DIR [--resume] [--students N]
+    python benchmarks/grade_class_speed.py --keep DIR --compare-with ALONE.json ...
 
 Builds a class in a temporary folder: repositories of the five references, of known-wrong
 solutions (one lab wrong, the rest references), of the untouched stubs, with labs missing, with no
 labs/ folder, with a compile error and with a submission that hangs. Grades it with
 ``grade-class`` (cold: an empty build cache, unless --warm), then each repository alone with
 ``grade-repo`` and compares every check's verdict (--no-compare skips that). On a GPU it samples
-NVML utilisation every half second while the class is graded. A run stopped part-way (``timeout``
-sends SIGTERM) goes on with ``--keep DIR --resume``: the same class, results and build cache,
-the students already graded skipped, and the wall times of the runs added up.
+NVML utilisation of every GPU graded on every half second while the class is graded. A run stopped
+part-way (``timeout`` sends SIGTERM) goes on with ``--keep DIR --resume``: the same class, results
+and build cache, the students already graded skipped, and the wall times of the runs added up.
+
+Grading alone can be done apart (on another GPU, while a class is graded): ``--alone-only`` grades
+the same class (the class is the same for the same --students) one repository at a time and saves
+every verdict to ``DIR/alone.json`` as it goes (``--resume`` keeps those already saved);
+``--compare-with`` compares a class run with such a file instead of grading alone again.
 
 Targets: 40 repositories on one H100 in <= 8 minutes (<= 12 s each, amortised) with every check
-on; 20 repositories with --no-gpu in <= 60 s cold on 2 cores.
+on; 20 repositories with --no-gpu in <= 60 s cold on 2 cores; with several GPUs, the wall time of
+one GPU's run divided by the GPU count, within 10%.
 """
 
 from __future__ import annotations
@@ -38,14 +47,14 @@ from grader.classroom.progress import Display  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
 from grader.errors import GraderError  # noqa: E402
 from grader.labs import find_lab, lab_ids  # noqa: E402
-from grader.options import GradeOptions  # noqa: E402
+from grader.options import GradeOptions, usable_cpus  # noqa: E402
 from grader.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
 
 HANG = ROOT / "tests" / "hostile" / "tiled_matmul" / "host_infinite_loop.cu"
 COMPILE_ERROR = "// does not compile\nextern \"C\" void matmul(const float* M, const float* N, float* P, int width) { oops }\n"
 
 
-def _recipes() -> list[tuple[str, dict[str, Path | str | None]]]:
+def _recipes(count: int) -> list[tuple[str, dict[str, Path | str | None]]]:
     """(name, lab -> source: a file, text, or None for missing); the first ones are the special cases."""
     refs: dict[str, Path | str | None] = {lab: find_lab(lab).files.reference for lab in lab_ids()}
     out: list[tuple[str, dict[str, Path | str | None]]] = [
@@ -60,9 +69,10 @@ def _recipes() -> list[tuple[str, dict[str, Path | str | None]]]:
     for k, (lab, path) in enumerate(wrong):
         out.append((f"wrong-{lab}-{path.stem}", {**refs, lab: path}))
         if k % 6 == 5:
-            out.append((f"missing-{lab}", {**refs, lab: None}))
+            name = f"missing-{lab}" if all(n != f"missing-{lab}" for n, _ in out) else f"missing-{lab}-{k}"
+            out.append((name, {**refs, lab: None}))
     k = 2
-    while len(out) < 60:
+    while len(out) < max(60, count):
         out.append((f"ref-{k}", dict(refs)))
         k += 1
     return out
@@ -70,7 +80,7 @@ def _recipes() -> list[tuple[str, dict[str, Path | str | None]]]:
 
 def build_class(folder: Path, count: int) -> list[str]:
     names = []
-    for name, labs in _recipes()[:count]:
+    for name, labs in _recipes(count)[:count]:
         repo = folder / name
         repo.mkdir(parents=True)
         for lab, source in labs.items():
@@ -91,8 +101,8 @@ class BusySampler:
 
     def __init__(self, indices: list[int], period: float = 0.5) -> None:
         self.indices, self.period = indices, period
-        self.samples: list[float] = []
-        self.memory: list[float] = []  # share of the GPU's memory in use
+        self.samples: dict[int, list[float]] = {i: [] for i in indices}
+        self.memory: list[float] = []  # share of a GPU's memory in use
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -102,8 +112,8 @@ class BusySampler:
         pynvml.nvmlInit()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
         while not self._stop.wait(self.period):
-            for h in handles:
-                self.samples.append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+            for i, h in zip(self.indices, handles):
+                self.samples[i].append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
                 info = pynvml.nvmlDeviceGetMemoryInfo(h)
                 self.memory.append(info.used / info.total if info.total else 0.0)
         pynvml.nvmlShutdown()
@@ -119,25 +129,70 @@ class BusySampler:
             self._thread.join(timeout=5)
 
 
+Verdict = tuple[str, str, str, str]  # lab, check, outcome, stage
+
+
+def in_class_verdicts(out: Path, name: str) -> list[Verdict]:
+    doc = json.loads((out / "students" / name / "report.json").read_text())
+    return [(r["lab"], c["id"], c["outcome"], c["stage"]) for r in doc["labs"] for c in r["checks"]]
+
+
+def alone_verdicts(repo: Path, options: GradeOptions) -> list[Verdict] | str:
+    """Every check's verdict with the repository graded alone, or why it is not a repository."""
+    try:
+        reports = grade_repo(repo, options)
+    except GraderError as exc:
+        return str(exc)
+    return [(r.lab, c.id, c.outcome.value, c.stage.value) for r in reports for c in r.checks]
+
+
+def differ(name: str, alone: list[Verdict] | str, in_class: list[Verdict]) -> list[str]:
+    if isinstance(alone, str):  # not a repository: the class must have said so for every lab
+        return [] if all(c[2] != "pass" for c in in_class) else [f"{name}: alone: {alone}; in the class some checks passed"]
+    out = [f"{name}: {a[0]}/{a[1]} alone {a[2]}, in the class {b[2]} ({a[3]})" for a, b in zip(alone, in_class) if a != b]
+    if len(alone) != len(in_class):
+        out.append(f"{name}: {len(alone)} checks alone, {len(in_class)} in the class")
+    return out
+
+
 def compare(repos: Path, out: Path, names: list[str], options: GradeOptions) -> list[str]:
     """Each student's verdicts in the class against grading their repository alone."""
-    differences = []
-    for name in names:
-        doc = json.loads((out / "students" / name / "report.json").read_text())
-        in_class = [(r["lab"], c["id"], c["outcome"], c["stage"]) for r in doc["labs"] for c in r["checks"]]
-        try:
-            reports = grade_repo(repos / name, options)
-        except GraderError as exc:  # not a repository: the class must have said so for every lab
-            if not all(c[2] != "pass" for c in in_class):
-                differences.append(f"{name}: alone: {exc}; in the class some checks passed")
-            continue
-        alone = [(r.lab, c.id, c.outcome.value, c.stage.value) for r in reports for c in r.checks]
-        for a, b in zip(alone, in_class):
-            if a != b:
-                differences.append(f"{name}: {a[0]}/{a[1]} alone {a[2]}, in the class {b[2]} ({a[3]})")
-        if len(alone) != len(in_class):
-            differences.append(f"{name}: {len(alone)} checks alone, {len(in_class)} in the class")
-    return differences
+    return [line for name in names for line in differ(name, alone_verdicts(repos / name, options), in_class_verdicts(out, name))]
+
+
+def compare_with(saved: Path, out: Path, names: list[str]) -> list[str]:
+    """Each student's verdicts in the class against those ``--alone-only`` saved (a JSON file),
+    or those of another class run (its results folder: a regrade)."""
+    if saved.is_dir():
+        earlier: dict[str, Any] = {n: in_class_verdicts(saved, n) for n in names if (saved / "students" / n / "report.json").is_file()}
+    else:
+        earlier = json.loads(saved.read_text())
+    missing = [n for n in names if n not in earlier]
+    if missing:
+        raise SystemExit(f"{saved}: no verdicts for {len(missing)} students ({', '.join(missing[:3])}...)")
+
+    def verdicts(saved: Any) -> list[Verdict] | str:
+        return saved if isinstance(saved, str) else [(a, b, c, d) for a, b, c, d in saved]
+    return [line for name in names for line in differ(name, verdicts(earlier[name]), in_class_verdicts(out, name))]
+
+
+def grade_alone(repos: Path, names: list[str], options: GradeOptions, saved: Path) -> int:
+    """--alone-only: every repository graded alone, its verdicts saved as soon as it is graded."""
+    done: dict[str, Any] = json.loads(saved.read_text()) if saved.is_file() else {}
+    started = time.monotonic()
+    try:
+        for k, name in enumerate(n for n in names if n not in done):
+            t0 = time.monotonic()
+            done[name] = alone_verdicts(repos / name, options)
+            saved.with_suffix(".tmp").write_text(json.dumps(done))
+            saved.with_suffix(".tmp").replace(saved)
+            print(f"alone {k + 1}: {name} in {time.monotonic() - t0:.1f} s", flush=True)
+    except KeyboardInterrupt:
+        print(f"interrupted: {len(done)} of {len(names)} repositories saved in {saved}; go on with --resume")
+        return 130
+    print(f"graded alone: {len(done)} of {len(names)} repositories saved in {saved} "
+          f"({time.monotonic() - started:.1f} s in this run)")
+    return 0
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -145,11 +200,12 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def print_busy(sampler: BusySampler) -> None:
-    samples = sampler.samples
-    busy = statistics.fmean(samples) if samples else 0.0
-    active = sum(1 for s in samples if s > 0) / len(samples) if samples else 0.0
-    print(f"GPU busy: {busy:.0f}% mean NVML utilisation, some kernel running in {100 * active:.0f}% of {len(samples)} samples; "
-          f"GPU memory in use at most {max(sampler.memory, default=0.0):.0%}")
+    for index, samples in sampler.samples.items():
+        busy = statistics.fmean(samples) if samples else 0.0
+        active = sum(1 for s in samples if s > 0) / len(samples) if samples else 0.0
+        print(f"GPU {index} busy: {busy:.0f}% mean NVML utilisation, some kernel running in {100 * active:.0f}% "
+              f"of {len(samples)} samples")
+    print(f"GPU memory in use at most {max(sampler.memory, default=0.0):.0%}")
 
 
 def _labs(out: Path) -> list[dict[str, Any]]:
@@ -187,6 +243,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--students", type=int, help="repositories in the class (default: 40, or 20 with --no-gpu)")
     p.add_argument("--no-gpu", action="store_true", help="grade only what needs no GPU")
+    p.add_argument("--gpus", help="grade-class --gpus: all (default), or positions among the visible GPUs such as 0")
+    p.add_argument("--alone-only", action="store_true", help="grade each repository alone into DIR/alone.json, no class run")
+    p.add_argument("--compare-with", type=Path, action="append",
+                   help="instead of grading alone, compare with the verdicts --alone-only saved (DIR/alone.json) or with "
+                        "another class run's results folder (DIR/results); may be given more than once")
     p.add_argument("--no-compare", action="store_true", help="skip grading each repository alone")
     p.add_argument("--warm", action="store_true", help="keep the build cache of GRADER_CACHE_DIR instead of an empty one")
     p.add_argument("--keep", type=Path, help="build the class and its results here (default: a temporary folder, removed)")
@@ -197,6 +258,8 @@ def main() -> int:
     args = p.parse_args()
     if args.resume and args.keep is None:
         p.error("--resume needs --keep DIR, the folder of the run to go on with")
+    if args.alone_only and args.keep is None:
+        p.error("--alone-only needs --keep DIR, where its verdicts are saved")
     count = args.students or (20 if args.no_gpu else 40)
     work = args.keep or Path(tempfile.mkdtemp(prefix="grade-class-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -216,16 +279,18 @@ def main() -> int:
         shutil.rmtree(repos, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
         names = build_class(repos, count)
-    slots = gpu_slots(options, None)
+    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
+    if args.alone_only:
+        return grade_alone(repos, names, options, work / "alone.json")
+    slots = gpu_slots(options, args.gpus)
     print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; lanes: "
-          f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {os.cpu_count()} CPUs; "
+          f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {usable_cpus()} CPUs; "
           f"build cache {'warm' if args.warm else 'cold'}"
           + (f"; going on after {before:.1f} s of earlier runs" if resuming else ""), flush=True)
     started = time.monotonic() - before  # a resumed run's wall time includes the earlier runs'
-    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
     try:
         with BusySampler([s.index for s in slots]) as sampler:
-            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, jobs=args.jobs), Display(quiet=args.quiet))
+            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, gpus=args.gpus, jobs=args.jobs), Display(quiet=args.quiet))
     except KeyboardInterrupt:
         wall = time.monotonic() - started
         elapsed.write_text(f"{wall:.3f}")
@@ -253,12 +318,15 @@ def main() -> int:
     status = 0
     if not args.no_compare:
         t0 = time.monotonic()
-        differences = compare(repos, out, names, options)
-        print(f"\neach repository alone ({time.monotonic() - t0:.1f} s): "
-              + ("every verdict the same as in the class" if not differences else f"{len(differences)} verdicts differ:"))
-        for line in differences:
-            print(f"  {line}")
-        status = 1 if differences else 0
+        against = [(f"as in {path}", compare_with(path, out, names)) for path in args.compare_with or []]
+        if not against:
+            differences = compare(repos, out, names, options)
+            against = [(f"each repository alone ({time.monotonic() - t0:.1f} s)", differences)]
+        for what, differences in against:
+            print(f"\n{what}: " + ("every verdict the same as in the class" if not differences else f"{len(differences)} verdicts differ:"))
+            for line in differences:
+                print(f"  {line}")
+            status = 1 if differences else status
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return status

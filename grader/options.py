@@ -14,6 +14,15 @@ from .cachedirs import default_cache_dir
 from .hostdirs import private_dir
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (a SLURM allocation, ``taskset``, a
+    container's cpuset), not every core of the host."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
 def default_archs() -> tuple[str, ...]:
     """Archs to build for when there is no GPU to ask: ``GRADER_ARCHS`` (comma-separated) or sm_90."""
     return tuple(a.strip() for a in os.environ.get("GRADER_ARCHS", "sm_90").split(",") if a.strip())

@@ -10,7 +10,6 @@ usual.
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +23,7 @@ from .errors import GraderError, internal_error_message
 from .gpu import key_of
 from .grade import LabGrading
 from .labs import find_lab, lab_ids
-from .options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for
+from .options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, usable_cpus
 from .outcome import CheckResult, LabReport, Outcome, Stage
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
 from .procgroup import TEARDOWNS
@@ -106,7 +105,7 @@ def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs
         if with_gpu:
             for name in spec.baseline_names:
                 builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
-    with ThreadPoolExecutor(max_workers=jobs or max(1, min(8, os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=jobs or min(8, usable_cpus())) as pool:
         futures = [pool.submit(lab_build, spec, path, archs, options.cache_dir, display, box)
                    for (_, path, display), (spec, box) in builds.items()]
         for future in futures:

@@ -7,7 +7,6 @@ worker runs with plain ``cudaMalloc`` here and memcheck pads every allocation.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import threading
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 
 from . import toolchain
 from .correctness import tool_task
+from .options import usable_cpus
 from .outcome import GATE, CheckResult, Outcome, Stage
 from .procgroup import Stop
 from .runner import Isolation, RunDirs
@@ -50,7 +50,7 @@ class SanitizerRun:
 GLOBAL_WRITE = "Invalid __global__ write"
 #: Sanitizer runs at once in this process (a lab's run side by side): each is a CPU-heavy process
 #: with a CUDA context of its own.
-RUNS_AT_ONCE = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
+RUNS_AT_ONCE = threading.BoundedSemaphore(max(2, usable_cpus()))
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, (\d+) warnings?\)")
 _PREFIX = re.compile(r"^========= ?")

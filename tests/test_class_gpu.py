@@ -71,3 +71,41 @@ def test_a_small_class_on_the_gpu_gets_what_each_repository_gets_alone(tmp_path)
         assert [(r.lab, [(c.id, c.outcome.value) for c in r.checks if c.stage is not Stage.SPEED]) for r in alone] == \
                [(r["lab"], [(c["id"], c["outcome"]) for c in r["checks"] if c["stage"] != "speed"]) for r in in_class]
         assert all(c.outcome is not Outcome.ERROR for r in alone for c in r.checks)
+
+
+def _gpu_count() -> int:
+    from grader.classroom import gpus
+
+    return len(gpus.visible(gpus.nvml_devices(), None))
+
+
+@pytest.mark.gpu
+def test_every_gpu_gets_a_lane_and_the_lanes_grade_at_once(tmp_path):
+    """On a host with several GPUs each lane grades on its own GPU, side by side, and a student's
+    verdicts do not depend on the lane."""
+    import time
+
+    from grader.classroom import roster
+    from grader.classroom.progress import Display
+    from grader.classroom.run import ClassOptions, grade_class
+    from grader.repo import grade_repo
+
+    count = _gpu_count()
+    if count < 2:
+        pytest.skip(f"needs 2 or more GPUs, {count} visible")
+    repos = tmp_path / "repos"
+    for k in range(2 * count):
+        target = repos / f"ref{k}" / "labs" / "tiled_matmul" / "student.cu"
+        target.parent.mkdir(parents=True)
+        shutil.copy(find_lab("tiled_matmul").files.reference, target)
+    out = tmp_path / "out"
+    grade_repo(repos / "ref0", GradeOptions(), labs=["tiled_matmul"])  # the builds cached: the wall time is grading alone
+    started = time.monotonic()
+    run = grade_class(roster.from_folder(repos), GradeOptions(), ClassOptions(out, ("tiled_matmul",), health_wait_s=30),
+                      Display(quiet=True))
+    wall = time.monotonic() - started
+    assert {r.lane for r in run.graded} == {f"gpu{i}" for i in range(count)}
+    assert wall < 0.8 * sum(r.seconds for r in run.graded), (wall, [r.seconds for r in run.graded])
+    scores = {json.loads((out / "students" / r.student / "report.json").read_text())["score"] for r in run.graded}
+    reports = [json.loads((out / "students" / r.student / "report.json").read_text()) for r in run.graded]
+    assert len(scores) == 1 and all(d["score"] == d["max_score"] for d in reports), scores

@@ -12,7 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from .. import inherit
-from ..options import GradeOptions
+from ..options import GradeOptions, usable_cpus
 from .gpus import GpuSlot
 from .lanes import GpuLane, Lane, ThreadLane
 from .plan import StudentJob
@@ -22,7 +22,7 @@ from .student import StudentResult
 
 
 def cpu_jobs(requested: int | None) -> int:
-    return max(1, requested or os.cpu_count() or 1)
+    return max(1, requested or usable_cpus())
 
 
 #: How much lower the class's compilers run than its grading (nice values): nvcc on every core
