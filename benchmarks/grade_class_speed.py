@@ -42,13 +42,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.classroom import plan, roster  # noqa: E402
+from grader.classroom import roster  # noqa: E402
 from grader.classroom.progress import Display  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
+from grader.engine.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
 from grader.errors import GraderError  # noqa: E402
-from grader.labs import find_lab, lab_ids  # noqa: E402
-from grader.options import GradeOptions, usable_cpus  # noqa: E402
-from grader.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
+from grader.gradebook.records import STUDENTS_DIR  # noqa: E402
+from grader.isolation.options import GradeOptions, usable_cpus  # noqa: E402
+from grader.labspec.labs import find_lab, lab_ids  # noqa: E402
 
 HANG = ROOT / "tests" / "hostile" / "tiled_matmul" / "host_infinite_loop.cu"
 COMPILE_ERROR = "// does not compile\nextern \"C\" void matmul(const float* M, const float* N, float* P, int width) { oops }\n"
@@ -209,7 +210,7 @@ def print_busy(sampler: BusySampler) -> None:
 
 
 def _labs(out: Path) -> list[dict[str, Any]]:
-    return [lab for report in sorted((out / plan.STUDENTS_DIR).glob("*/report.json"))
+    return [lab for report in sorted((out / STUDENTS_DIR).glob("*/report.json"))
             for lab in json.loads(report.read_text())["labs"]]
 
 
@@ -294,7 +295,7 @@ def main() -> int:
     except KeyboardInterrupt:
         wall = time.monotonic() - started
         elapsed.write_text(f"{wall:.3f}")
-        done = len(list((out / plan.STUDENTS_DIR).glob("*/report.json")))
+        done = len(list((out / STUDENTS_DIR).glob("*/report.json")))
         print(f"\ninterrupted after {wall:.1f} s with {done} of {len(names)} repositories graded"
               + (f" ({wall / done:.2f} s each, the cold start included)" if done else "")
               + (f"; go on with --keep {work} --resume" if args.keep else ""))

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.grade import WAITING  # noqa: E402
-from grader.labs import find_lab, lab_ids  # noqa: E402
-from grader.options import GradeOptions  # noqa: E402
+from grader.engine.grade import WAITING  # noqa: E402
+from grader.engine.repo import grade_repo, submission_path  # noqa: E402
+from grader.isolation.options import GradeOptions  # noqa: E402
+from grader.labspec.labs import find_lab, lab_ids  # noqa: E402
 from grader.outcome import Stage  # noqa: E402
-from grader.repo import grade_repo, submission_path  # noqa: E402
 
 
 def main() -> int:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.grade import WAITING, grade  # noqa
+from grader.engine.grade import WAITING, grade  # noqa
 from grader.outcome import Stage  # noqa: E402
-from grader.options import GradeOptions  # noqa: E402
-from grader.labs import find_lab  # noqa: E402
+from grader.isolation.options import GradeOptions  # noqa: E402
+from grader.labspec.labs import find_lab  # noqa: E402
 
 
 def main() -> int:

@@ -38,19 +38,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader import counters  # noqa: E402
-from grader.build import baseline_library  # noqa: E402
 from grader.cachedirs import default_cache_dir  # noqa: E402
-from grader.correctness import launcher_spec, write_inputs  # noqa: E402
-from grader.labs import find_lab, lab_ids, load_problem  # noqa: E402
-from grader.options import GradeOptions, archs_for, probe_for  # noqa: E402
+from grader.checks import counters  # noqa: E402
+from grader.checks.correctness import launcher_spec, write_inputs  # noqa: E402
+from grader.course.validate import load_solutions, validate  # noqa: E402
+from grader.isolation.build import baseline_library  # noqa: E402
+from grader.isolation.options import GradeOptions, archs_for, probe_for  # noqa: E402
+from grader.isolation.runner import Isolation, RunDirs  # noqa: E402
+from grader.isolation.sandbox import Sandbox  # noqa: E402
+from grader.labspec.labs import find_lab, lab_ids, load_problem  # noqa: E402
+from grader.labspec.paths import shown  # noqa: E402
+from grader.labspec.spec import ExpectedSolution, LabSpec  # noqa: E402
 from grader.outcome import Outcome, Stage  # noqa: E402
-from grader.paths import shown  # noqa: E402
 from grader.report import data as json_report  # noqa: E402
-from grader.runner import Isolation, RunDirs  # noqa: E402
-from grader.sandbox import Sandbox  # noqa: E402
-from grader.spec import ExpectedSolution, LabSpec  # noqa: E402
-from grader.validate import load_solutions, validate  # noqa: E402
 from grader.worker.protocol import case_task  # noqa: E402
 
 Report = dict[str, Any]  # one lab report as the JSON result writes it

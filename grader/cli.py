@@ -15,33 +15,37 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, completion, gitinfo, labdoc, readme
-from . import release as releasing
+from . import __version__, completion
 from .cachedirs import default_cache_dir
-from .classroom import diff as class_diff
-from .classroom import gradescope, stopping
-from .classroom.merge import merge as merge_shards
+from .classroom import stopping
 from .classroom.progress import make as class_display
 from .classroom.roster import from_folder as roster_folder
 from .classroom.roster import load as load_roster
 from .classroom.run import ClassOptions, grade_class
 from .classroom.shard import parse as parse_shard
+from .course import readme
+from .course import release as releasing
+from .course.validate import render as render_validation
+from .course.validate import validate
+from .engine.grade import grade
+from .engine.identity import Identity, completed, file_hashes, identify, single_file_hash
+from .engine.repo import grade_repo, repo_labs, submission_rel
 from .errors import GraderError, internal_error_id, internal_error_log
-from .grade import grade
-from .hostdirs import private_dir
-from .hostlock import lock_place
-from .identity import Identity, completed, file_hashes, identify, single_file_hash
-from .labs import find_lab, lab_ids
-from .options import GradeOptions, Progress
+from .gradebook import diff as class_diff
+from .gradebook import gradescope
+from .gradebook.merge import merge as merge_shards
+from .host.hostdirs import private_dir
+from .host.hostlock import lock_place
+from .host.safeio import regular_file
+from .isolation import gitinfo
+from .isolation.options import GradeOptions, Progress
+from .labspec import labdoc
+from .labspec.labs import find_lab, lab_ids
+from .labspec.paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo, shown, use_labs
 from .outcome import LabReport, fmt_points
-from .paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo, shown, use_labs
-from .repo import grade_repo, repo_labs, submission_rel
 from .report import files as report_files
 from .report import text
-from .safeio import regular_file
 from .textutil import clean, clean_line, neutralize_commands, plural
-from .validate import render as render_validation
-from .validate import validate
 
 EXIT_OK, EXIT_BELOW, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import gpu
+from grader.host import gpu
 
 ROOT = Path(__file__).resolve().parent.parent
 

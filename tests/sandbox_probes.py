@@ -74,14 +74,14 @@ print(json.dumps(out))
 
 
 def _isolation():
-    from grader import sandbox
-    from grader.runner import Isolation
+    from grader.isolation import sandbox
+    from grader.isolation.runner import Isolation
 
     return Isolation(sandbox.detect())
 
 
 def probe_escape(work: Path) -> dict:
-    from grader.runner import RunDirs
+    from grader.isolation.runner import RunDirs
 
     dirs = RunDirs(work / "in", work / "out").make()
     cmd, env = _isolation().command([sys.executable, "-I", "-c", ESCAPE], dirs)
@@ -96,8 +96,8 @@ def probe_escape(work: Path) -> dict:
 def probe_plant(work: Path) -> dict:
     """Plant links where the grader writes and reads, then let the grader read and write as it does."""
     from grader.errors import GraderError
-    from grader.runner import RunDirs
-    from grader.safeio import read_beneath, write_private
+    from grader.host.safeio import read_beneath, write_private
+    from grader.isolation.runner import RunDirs
 
     dirs = RunDirs(work / "in", work / "out").make()
     (dirs.inbox / "case1").mkdir()
@@ -132,8 +132,8 @@ def probe_plant(work: Path) -> dict:
 def probe_trusted_import(work: Path) -> dict:
     """A ``grader`` package and a ``sitecustomize`` planted in a trusted run's working folder and on
     PYTHONPATH: the trusted worker must import neither."""
-    from grader.runner import Isolation, RunDirs, worker_command
-    from grader.sandbox import Sandbox
+    from grader.isolation.runner import Isolation, RunDirs, worker_command
+    from grader.isolation.sandbox import Sandbox
 
     dirs = RunDirs(work / "in", work / "out").make()
     marker = work / "planted-code-ran"
@@ -160,7 +160,7 @@ def probe_trusted_import(work: Path) -> dict:
 
 def probe_runtime(work: Path) -> dict:
     """The read-only copy of the worker a grader process makes (removed when it exits)."""
-    from grader.sandbox import worker_runtime
+    from grader.isolation.sandbox import worker_runtime
 
     folder = worker_runtime()
     return {"runtime": str(folder), "read only": not os.access(folder / "grader", os.W_OK) or os.geteuid() == 0}
@@ -175,7 +175,7 @@ def main() -> None:
     try:
         print(json.dumps(PROBES[sys.argv[2]](work)))
     finally:
-        from grader.sandbox import remove_read_only  # what a probe made read-only goes too
+        from grader.isolation.sandbox import remove_read_only  # what a probe made read-only goes too
 
         remove_read_only(work)
 

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from grader import paths
 from grader.cli import main
+from grader.course.release import release
+from grader.engine.grade import grade
+from grader.engine.plan import COURSE_RUNNER, course_only_ids, runnable
 from grader.errors import GraderError, SpecError
-from grader.grade import grade
-from grader.labs import find_lab, lab_ids
-from grader.options import GradeOptions
+from grader.isolation.options import GradeOptions
+from grader.labspec import paths
+from grader.labspec.labs import find_lab, lab_ids
+from grader.labspec.specload import load_lab
 from grader.outcome import Outcome
-from grader.plan import COURSE_RUNNER, course_only_ids, runnable
-from grader.release import release
 from grader.report import text
-from grader.specload import load_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "student_template"
@@ -229,7 +229,7 @@ def test_grading_from_the_student_bundle_skips_the_course_only_checks(released):
 
 
 def test_a_missing_file_in_a_student_bundle_still_lists_the_course_only_checks(tmp_path, released):
-    from grader.repo import grade_repo
+    from grader.engine.repo import grade_repo
 
     (tmp_path / "labs").mkdir()  # a student repository, without the lab's file
     (report,) = grade_repo(tmp_path, NO_GPU, labs=[str(released / ".cuda-grader" / "labs" / "histogram")])

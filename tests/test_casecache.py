@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from grader import casecache
-from grader.labs import find_lab, load_problem
+from grader.checks import casecache
+from grader.labspec.labs import find_lab, load_problem
 
 
 class Counting:

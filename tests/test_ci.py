@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from grader import __version__
+from grader.course.release import PIN_KEY, grader_pin
 from grader.errors import GraderError
-from grader.release import PIN_KEY, grader_pin
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / "ci" / "github" / "grade.yml"
@@ -192,7 +192,7 @@ def test_the_sudo_rule_allows_exactly_the_wrapper():
 @pytest.fixture
 def wrapper(tmp_path):
     """cuda-grader-ci with its settings file moved into ``tmp_path``, and a course bundle to grade with."""
-    from grader import sandbox
+    from grader.isolation import sandbox
 
     if not sandbox.detect().active:
         pytest.skip(f"the wrapper refuses to grade without a sandbox: {sandbox.detect().reason}")

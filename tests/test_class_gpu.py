@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.labs import find_lab
-from grader.options import GradeOptions
+from grader.isolation.options import GradeOptions
+from grader.labspec.labs import find_lab
 from grader.outcome import Outcome, Stage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +31,7 @@ def _class(base: Path) -> Path:
 
 @pytest.mark.gpu
 def test_nvml_samples_the_gpu_and_the_gate_passes_an_idle_one():
-    from grader.classroom import gpus, health
+    from grader.host import gpus, health
 
     devices = gpus.visible(gpus.nvml_devices(), None)
     assert devices and devices[0].name and devices[0].uuid.startswith(("GPU-", "MIG-"))
@@ -48,7 +48,7 @@ def test_a_small_class_on_the_gpu_gets_what_each_repository_gets_alone(tmp_path)
     from grader.classroom import roster
     from grader.classroom.progress import Display
     from grader.classroom.run import ClassOptions, grade_class
-    from grader.repo import grade_repo
+    from grader.engine.repo import grade_repo
 
     repos = _class(tmp_path)
     out = tmp_path / "out"
@@ -74,7 +74,7 @@ def test_a_small_class_on_the_gpu_gets_what_each_repository_gets_alone(tmp_path)
 
 
 def _gpu_count() -> int:
-    from grader.classroom import gpus
+    from grader.host import gpus
 
     return len(gpus.visible(gpus.nvml_devices(), None))
 
@@ -88,7 +88,7 @@ def test_every_gpu_gets_a_lane_and_the_lanes_grade_at_once(tmp_path):
     from grader.classroom import roster
     from grader.classroom.progress import Display
     from grader.classroom.run import ClassOptions, grade_class
-    from grader.repo import grade_repo
+    from grader.engine.repo import grade_repo
 
     count = _gpu_count()
     if count < 2:

@@ -19,9 +19,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grader.classroom import gradebook, plots
-from grader.identity import lab_version
-from grader.labs import find_lab
+from grader.gradebook import grades as gradebook
+from grader.gradebook import plots
+from grader.labspec.labs import find_lab
+from grader.labspec.version import lab_version
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "schemas"
@@ -186,8 +187,8 @@ def test_gradescope_results_validate_and_match_the_reports(single):
 
 
 def test_a_student_graded_in_the_class_gets_what_grading_the_repository_alone_gives(single, klass):
-    from grader.options import GradeOptions
-    from grader.repo import grade_repo
+    from grader.engine.repo import grade_repo
+    from grader.isolation.options import GradeOptions
 
     for sid in ("alice", "bob", "dave"):
         alone = grade_repo(klass / "repos" / sid, GradeOptions(gpu=False), labs=list(LABS))
@@ -393,7 +394,7 @@ def test_one_students_failure_never_stops_the_class(klass, tmp_path, monkeypatch
     from grader.classroom import roster, student
     from grader.classroom.progress import Display
     from grader.classroom.run import ClassOptions, grade_class
-    from grader.options import GradeOptions
+    from grader.isolation.options import GradeOptions
 
     repos = tmp_path / "repos"
     shutil.copytree(klass / "repos" / "alice", repos / "alice", ignore=shutil.ignore_patterns(".git"))
@@ -458,7 +459,7 @@ def test_the_slurm_script_grades_one_shard_per_task_and_merges_them(klass, tmp_p
 
 def test_a_students_results_json_shows_no_folder_of_the_tas(tmp_path):
     """An internal error's message names the TA's log file; what the student sees keeps only its id."""
-    from grader.classroom import gradescope
+    from grader.gradebook import gradescope
     from grader.outcome import CheckResult, LabReport, Outcome, Stage
 
     log = tmp_path / "ta-home" / ".cache" / "cuda-lab-grader" / "internal-errors.log"

@@ -9,11 +9,12 @@ import shutil
 import signal
 from pathlib import Path
 
-from grader.classroom import gpulock, plan, roster
-from grader.classroom.gpus import GpuSlot
+from grader.classroom import plan, roster
 from grader.classroom.progress import Display
 from grader.classroom.scheduler import Scheduler
-from grader.options import GradeOptions
+from grader.host import gpulock
+from grader.host.gpus import GpuSlot
+from grader.isolation.options import GradeOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "tiled_matmul"
@@ -32,7 +33,7 @@ class Recorder(Display):
 
 
 def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
-    from grader.labs import find_lab
+    from grader.labspec.labs import find_lab
 
     repos = tmp_path / "repos"
     for sid in ("alice", "victim", "zoe"):
@@ -87,7 +88,7 @@ def test_a_rehearsal_that_takes_its_lane_process_down_costs_the_first_student_no
     import multiprocessing
 
     from grader.classroom.lanes import GpuLane
-    from grader.labs import find_lab
+    from grader.labspec.labs import find_lab
 
     target = tmp_path / "repos" / "alice" / "labs" / LAB / "student.cu"
     target.parent.mkdir(parents=True)
@@ -147,7 +148,7 @@ def test_a_lanes_progress_never_waits_for_the_scheduler_and_arrives_in_order():
 
 def test_each_build_is_one_task_for_the_class_and_the_first_students_come_first(tmp_path):
     from grader.classroom.prepare import Builder
-    from grader.labs import find_lab
+    from grader.labspec.labs import find_lab
 
     repos = tmp_path / "repos"
     for sid, text in (("alice", None), ("bob", None), ("carol", "// carol's own\n")):

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from grader.classroom import gpulock, gpus, health, roster, shard
-from grader.classroom.health import HealthGate, HealthSample
+from grader.classroom import roster, shard
 from grader.classroom.roster import RosterError
 from grader.cli import main as cli_main
 from grader.errors import GraderError
+from grader.host import gpulock, gpus, health
+from grader.host.health import HealthGate, HealthSample
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -206,8 +207,8 @@ def test_descendants_are_the_graders_own_processes():
 
 
 def test_a_speed_note_marks_only_timed_checks():
+    from grader.engine.repo import timed_on_disturbed_gpu
     from grader.outcome import CheckResult, LabReport, Outcome, Stage
-    from grader.repo import timed_on_disturbed_gpu
 
     report = LabReport("x", "X", "f.cu", (CheckResult("c", Stage.CORRECTNESS, Outcome.PASS, 1, 1, "ok"),
                                            CheckResult("s", Stage.SPEED, Outcome.PASS, 2, 2, "1.5x")))
@@ -218,8 +219,8 @@ def test_a_speed_note_marks_only_timed_checks():
 
 def test_a_wait_at_the_health_gate_is_in_the_labs_stage_seconds():
     """A TA sees how long each timing waited for the GPU to be fit, also when it then was."""
+    from grader.engine.repo import HEALTH_GATE, after_gate
     from grader.outcome import CheckResult, LabReport, Outcome, Stage
-    from grader.repo import HEALTH_GATE, after_gate
 
     report = LabReport("x", "X", "f.cu", (CheckResult("s", Stage.SPEED, Outcome.PASS, 2, 2, "1.5x"),),
                        stage_seconds={"speed": 1.0})
@@ -235,7 +236,7 @@ def test_the_gpu_lock_lets_one_grader_at_a_time(tmp_path):
     folder = gpulock.gpu_folder("GPU-test", base=tmp_path / "locks")
     assert folder.path(gpulock.LOCK_NAME) == tmp_path / "locks" / "GPU-test.grader-gpu.lock"
     assert oct(folder.folder.stat().st_mode & 0o7777) == "0o700"  # the user's own, never a shared /tmp folder
-    code = ("import sys, time; from pathlib import Path; from grader.classroom.gpulock import gpu_folder, gpu_lock\n"
+    code = ("import sys, time; from pathlib import Path; from grader.host.gpulock import gpu_folder, gpu_lock\n"
             "with gpu_lock(gpu_folder('GPU-test', Path(sys.argv[1]))):\n    print('held', flush=True); time.sleep(1.5)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(folder.folder)], stdout=subprocess.PIPE, text=True,
                               cwd=ROOT)
@@ -260,7 +261,7 @@ def _git(repo: Path, *args: str) -> str:
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_commit_of_a_repository_owned_by_another_user(tmp_path):
-    from grader import gitinfo
+    from grader.isolation import gitinfo
 
     repo = tmp_path / "alice"
     (repo / "labs").mkdir(parents=True)

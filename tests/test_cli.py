@@ -230,7 +230,7 @@ def test_check_lab_spec_error_in_copy(env, tmp_path):
 
 
 def test_grade_repo_of_the_template_gives_one_suite_per_lab(env, tmp_path):
-    from grader.labs import lab_ids
+    from grader.labspec.labs import lab_ids
 
     proc = cli(env, "grade-repo", "student_template", "--out", str(tmp_path), "-q")
     assert proc.returncode == 0, proc.stderr

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from cuda_sources import LOCAL_ARRAY
 
-from grader.build import BuildResult, build, parse_ptxas, student_log, summarize_errors
-from grader.grade import grade
-from grader.options import GradeOptions
+from grader.engine.grade import grade
+from grader.isolation.build import BuildResult, build, parse_ptxas, student_log, summarize_errors
+from grader.isolation.options import GradeOptions
+from grader.labspec.specload import load_lab
 from grader.outcome import Outcome
-from grader.specload import load_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = ROOT / "labs" / "tiled_matmul"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader import cli, completion
-from grader.labs import lab_ids
+from grader.labspec.labs import lab_ids
 
 KNOWN_COMMANDS = {"grade", "grade-repo", "validate", "readme", "labs", "check-lab", "completion"}
 FAKE_LABS = "tiled_matmul       Tiled matrix multiplication (20 points)\nmemory_types       Memory types (20 points)\n"

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from grader import counterbatch
-from grader.counterbatch import ProfileBatch, Request, profile_together, split_at_marks
-from grader.counters import CounterRun, kernel_rows
-from grader.options import GradeOptions, sandbox_for
-from grader.runner import Isolation, RunDirs
-from grader.sandbox import Sandbox
-from grader.toolrun import TOOL_LOG, ToolRun, run_under_tool
+from grader.checks import counterbatch
+from grader.checks.counterbatch import ProfileBatch, Request, profile_together, split_at_marks
+from grader.checks.counters import CounterRun, kernel_rows
+from grader.isolation.options import GradeOptions, sandbox_for
+from grader.isolation.runner import Isolation, RunDirs
+from grader.isolation.sandbox import Sandbox
+from grader.isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
 from grader.worker.protocol import MARK_KERNEL, marked_tasks, tool_case_task
 
 HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",' \
@@ -141,8 +141,8 @@ def test_a_case_the_session_left_is_profiled_alone_only_for_a_lab_whose_cases_al
     lab that failed one (its counter checks gated) or hung is not profiled again."""
     from types import SimpleNamespace
 
-    from grader import counters
-    from grader.labs import find_lab
+    from grader.checks import counters
+    from grader.labspec.labs import find_lab
 
     spec = find_lab("tiled_matmul")
     graded: list[str] = []
@@ -230,8 +230,9 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
     not keep it waiting through its own correctness cases."""
     import dataclasses
 
-    from grader import grade, launched
-    from grader.labs import find_lab
+    from grader.checks import launched
+    from grader.engine import grade
+    from grader.labspec.labs import find_lab
 
     batch = ProfileBatch(["memory_types", "tiled_matmul"])
     seen: list[set[str]] = []

@@ -8,22 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from grader import counters
-from grader.classroom import gpulock
-from grader.classroom.gpus import GpuSlot
-from grader.counters import Profiles
-from grader.gpu import GpuInfo
-from grader.labs import find_lab
-from grader.runner import RunDirs
-from grader.spec import CounterCheck
-from grader.toolrun import ToolRun
+from grader.checks import counters
+from grader.checks.counters import Profiles
+from grader.host import gpulock
+from grader.host.gpu import GpuInfo
+from grader.host.gpus import GpuSlot
+from grader.isolation.runner import RunDirs
+from grader.isolation.toolrun import ToolRun
+from grader.labspec.labs import find_lab
+from grader.labspec.spec import CounterCheck
 
 
 def test_the_profiling_lock_keeps_two_processes_apart(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from grader.counters import profiling_lock
+        from grader.checks.counters import profiling_lock
         with profiling_lock(5, Path({str(tmp_path)!r})):
             print("held", flush=True)
             time.sleep(1.5)
@@ -149,7 +149,7 @@ def test_why_a_tool_run_failed(run, reason):
 def test_coalescing_is_sectors_per_32_bytes_requested():
     """Four scattered floats of a 4-thread warp: 4 sectors for 16 bytes, one request. Sectors per
     request (4) looked coalesced; sectors per 32 bytes requested (8) does not."""
-    from grader.counters import counter_value
+    from grader.checks.counters import counter_value
 
     check = next(c for c in find_lab("corner_turning").counters if c.id == "coalesced_loads")
     values = {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 4.0, "smsp__sass_data_bytes_mem_global_op_ld.sum": 16.0}

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from grader.grade import grade
-from grader.labs import find_lab, lab_ids
-from grader.options import GradeOptions
+from grader.course.validate import render, validate
+from grader.engine.grade import grade
+from grader.isolation.options import GradeOptions
+from grader.labspec.labs import find_lab, lab_ids
 from grader.outcome import GATE, Outcome
 from grader.report import data as json_report
-from grader.validate import render, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = Path(os.environ["GRADER_TEST_LOG"]) if os.environ.get("GRADER_TEST_LOG") else None
@@ -78,7 +78,7 @@ def test_reference_report_has_timing_figures():
 def test_a_rehearsal_readies_every_labs_timing_from_an_empty_cache(tmp_path):
     """What a class's GPU lane does before its first student: afterwards the baselines' timing of
     a lab compiles no kernel the rehearsal did not."""
-    from grader.rehearsal import rehearse_timings
+    from grader.engine.rehearsal import rehearse_timings
 
     options = GradeOptions(cache_dir=tmp_path / "cache", counters=False, sanitizers=False)
     said: list[str] = []
@@ -162,7 +162,7 @@ def test_a_repo_with_one_hanging_lab_grades_the_others_in_full(tmp_path):
     killed, and the JUnit report holds every lab."""
     from junitparser import Error, JUnitXml
 
-    from grader.repo import grade_repo, submission_path
+    from grader.engine.repo import grade_repo, submission_path
     from grader.report import junit
 
     hanging = ROOT / "tests" / "hostile" / "tiled_matmul" / "host_infinite_loop.cu"
@@ -195,7 +195,7 @@ def test_a_repository_profiles_its_labs_in_one_session_with_the_verdicts_of_each
     """The counter cases of a student's labs share one ncu session, cut at the grader's markers:
     each lab gets exactly the counter verdicts it gets graded alone, known failures included,
     and a launcher that hides its kernel from the profiler is still caught."""
-    from grader.repo import grade_repo, submission_path
+    from grader.engine.repo import grade_repo, submission_path
 
     sources = {
         "boundary_checks": ROOT / "labs" / "boundary_checks" / "solutions" / "wrong" / "tiny_tiles.cu",
@@ -302,7 +302,7 @@ def test_a_repository_runs_each_sanitizer_once_for_its_labs_with_the_verdicts_of
     that a report names is left to its own run, and the labs a broken context left unreached share
     a second run, so every verdict is the one the lab gets graded alone: known sanitizer failures
     in two labs, references in the rest."""
-    from grader.repo import grade_repo, submission_path
+    from grader.engine.repo import grade_repo, submission_path
 
     wrong = {
         "boundary_checks": ROOT / "labs" / "boundary_checks" / "solutions" / "wrong" / "write_past_end.cu",

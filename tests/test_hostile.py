@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from grader import build as nvcc
-from grader import sandbox as sandboxing
-from grader.grade import grade
-from grader.labs import PROJECT_ROOT, find_lab
-from grader.options import GradeOptions
+from grader.course.validate import judge
+from grader.engine.grade import grade
+from grader.engine.repo import grade_many
+from grader.isolation import build as nvcc
+from grader.isolation import sandbox as sandboxing
+from grader.isolation.options import GradeOptions
+from grader.isolation.runner import Isolation, RunDirs
+from grader.isolation.toolrun import run_under_tool
+from grader.labspec.labs import PROJECT_ROOT, find_lab
+from grader.labspec.spec import ExpectedSolution
+from grader.labspec.specload import load_expected
 from grader.outcome import Outcome
-from grader.repo import grade_many
-from grader.runner import Isolation, RunDirs
-from grader.spec import ExpectedSolution
-from grader.specload import load_expected
 from grader.textutil import CappedOutput
-from grader.toolrun import run_under_tool
-from grader.validate import judge
 
 HOSTILE = Path(__file__).parent / "hostile"
 LOG_DIR = Path(os.environ["GRADER_TEST_LOG"]) if os.environ.get("GRADER_TEST_LOG") else None

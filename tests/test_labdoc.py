@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import labdoc, spec
 from grader.errors import SpecError
-from grader.specload import load_expected, records, yaml_fields
+from grader.labspec import labdoc, spec
+from grader.labspec.specload import load_expected, records, yaml_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "labs" / labdoc.FILENAME
@@ -32,15 +32,15 @@ def test_the_committed_page_is_current(monkeypatch):
     assert labdoc.target() == PAGE
     current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
     assert current == labdoc.render(), (
-        "labs/LAB_YAML.md differs from the field docs in grader/spec.py: regenerate it with "
-        "`cuda-grader readme` (or `python -m grader.labdoc`)"
+        "labs/LAB_YAML.md differs from the field docs in grader/labspec/spec.py: regenerate it with "
+        "`cuda-grader readme` (or `python -m grader.labspec.labdoc`)"
     )
 
 
 @pytest.mark.parametrize("root", ROOTS, ids=lambda cls: cls.__name__)
 def test_every_accepted_key_has_a_doc(root):
     missing = undocumented(root)
-    assert not missing, f"lab.yaml keys without field(metadata={{'doc': ...}}) in grader/spec.py: {', '.join(missing)}"
+    assert not missing, f"lab.yaml keys without field(metadata={{'doc': ...}}) in grader/labspec/spec.py: {', '.join(missing)}"
 
 
 @pytest.mark.parametrize("root", ROOTS, ids=lambda cls: cls.__name__)

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from grader import readme
+from grader.course import readme
+from grader.course.validate import judge, load_solutions, render, validate
+from grader.engine.grade import LabGrading
+from grader.engine.repo import grade_many
 from grader.errors import SpecError
-from grader.grade import LabGrading
-from grader.labs import find_lab, lab_ids
-from grader.options import GradeOptions
+from grader.isolation.options import GradeOptions
+from grader.labspec.labs import find_lab, lab_ids
+from grader.labspec.specload import load_lab
 from grader.outcome import Outcome
-from grader.repo import grade_many
-from grader.specload import load_lab
-from grader.validate import judge, load_solutions, render, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = lab_ids()
@@ -181,7 +181,7 @@ def test_the_histogram_case_below_a_is_that_byte_whatever_the_secret_seed():
     the letter range only from above must fail it every time."""
     import numpy as np
 
-    from grader.labs import load_problem
+    from grader.labspec.labs import load_problem
 
     spec = find_lab("histogram")
     case = next(c for c in spec.correctness.cases if c.name == "one_nonletter_n1")
@@ -191,15 +191,15 @@ def test_the_histogram_case_below_a_is_that_byte_whatever_the_secret_seed():
 
 
 def test_a_race_is_suggested_only_when_repeated_runs_disagree():
-    from grader.correctness import repeats_summary
+    from grader.checks.correctness import repeats_summary
 
     assert repeats_summary(5, 5, 1) == "wrong on 5 of 5 runs of the same input, the same answer every time"
     assert repeats_summary(2, 5, 3) == "wrong on 2 of 5 runs of the same input, and the runs disagree (a race?)"
 
 
 def test_nan_messages_mention_out_of_bounds_accesses_that_memcheck_saw():
+    from grader.checks.sanitizer import explain_nans
     from grader.outcome import CheckResult, Stage
-    from grader.sanitizer import explain_nans
 
     spec = find_lab("boundary_checks")
     memcheck = next(s for s in spec.sanitizers if s.tool == "memcheck")
@@ -221,7 +221,7 @@ def test_the_convolution_oracle_is_the_lab_definition_term_by_term(n):
     mask[j] * in[i + j - r], with terms outside [0, n) zero, summed in mask order in float64."""
     import numpy as np
 
-    from grader.labs import load_problem
+    from grader.labspec.labs import load_problem
 
     problem = load_problem(find_lab("memory_types"))
     for width in (1, 5, 15):
@@ -242,7 +242,7 @@ def test_the_histogram_oracle_counts_letters_in_bins_of_four_across_chunks():
 
     import numpy as np
 
-    from grader.labs import load_problem
+    from grader.labspec.labs import load_problem
 
     problem = load_problem(find_lab("histogram"))
     text = np.random.default_rng(7).integers(0, 256, 10_007, dtype=np.uint8)

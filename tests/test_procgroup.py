@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import sandbox as sandboxing
-from grader.procgroup import AnyOf, kill_group, live_members, run_capped, start_lasting
+from grader.host.procgroup import AnyOf, kill_group, live_members, run_capped, start_lasting
+from grader.isolation import sandbox as sandboxing
 from grader.textutil import CappedOutput
 
 SANDBOX = sandboxing.detect()
@@ -131,9 +131,9 @@ def test_kill_group_also_ends_and_waits_for_processes_below_it_in_sessions_of_th
 def test_a_worker_start_waits_for_gpu_memory_another_process_holds(monkeypatch, tmp_path):
     """A submission that keeps every byte of the GPU's memory also does so in its sanitizer runs:
     the next correctness case's fresh worker waits for it instead of failing at once."""
-    from grader import runner
-    from grader.runner import Isolation, RunDirs, TaskResult, WorkerSession
-    from grader.sandbox import Sandbox
+    from grader.isolation import runner
+    from grader.isolation.runner import Isolation, RunDirs, TaskResult, WorkerSession
+    from grader.isolation.sandbox import Sandbox
 
     oom = TaskResult("startup_failed", reason="could not start the GPU worker: CUDARuntimeError: out of memory")
     answers = [oom, oom, None]
@@ -161,7 +161,7 @@ def _state(pid: int) -> str:
 def test_a_held_group_and_what_it_started_are_stopped_until_continued(tmp_path):
     """A student's worker is stopped while another lab is timed: a child in a session of its own
     (as the sandbox starts its command) is stopped with it, and both run again once continued."""
-    from grader.procgroup import hold_group
+    from grader.host.procgroup import hold_group
 
     ticks = tmp_path / "ticks"
     proc = start_lasting(["sh", "-c", f"setsid sh -c 'while :; do echo >> {ticks}; sleep 0.01; done' & wait"],

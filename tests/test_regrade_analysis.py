@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from grader.labs import find_lab
+from grader.labspec.labs import find_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
-from grader.build import KernelResources
-from grader.compare import compare
+from grader.checks.compare import compare
+from grader.isolation.build import KernelResources
+from grader.labspec.spec import Tolerance
 from grader.outcome import CheckResult, LabReport, Outcome, Stage, fmt_points, partial_credit
 from grader.report import data as json_report
 from grader.report import junit, text
 from grader.report.junit import MAX_DETAIL_LINES
-from grader.spec import Tolerance
 
 NASTY = "\x1b[31mred\x1b[0m \x07 bell \x00"
 LONG_DETAILS = "\n".join(f"mismatch {i}" for i in range(200))

@@ -15,9 +15,9 @@ from junitparser import Error, JUnitXml, TestSuite
 from test_report import make_report
 from test_report_injection import hostile_report, render_github
 
-from grader.build import error_location
+from grader.engine.repo import grade_repo
+from grader.isolation.build import error_location
 from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage
-from grader.repo import grade_repo
 from grader.report import data as json_report
 from grader.report import junit, text
 
@@ -123,7 +123,7 @@ class _Xml(JUnitXml):
 @pytest.fixture(scope="module")
 def broken_repo(tmp_path_factory) -> tuple[Path, list[LabReport]]:
     """A student repository whose tiled_matmul file does not compile, graded without a GPU."""
-    from grader.options import GradeOptions
+    from grader.isolation.options import GradeOptions
 
     repo = tmp_path_factory.mktemp("repo")
     student = repo / "labs" / "tiled_matmul" / "student.cu"

@@ -15,7 +15,7 @@ from html.parser import HTMLParser
 import pytest
 from junitparser import Error, Failure, JUnitXml
 
-from grader.build import KernelResources
+from grader.isolation.build import KernelResources
 from grader.outcome import CheckResult, LabReport, Outcome, Stage
 from grader.report import junit, text
 from grader.textutil import cap_lines, clean, clean_line, markdown_code, markdown_fence, neutralize_commands, one_line

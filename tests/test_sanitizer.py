@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader import sanitizer
+from grader.checks import sanitizer
 
 DATA = Path(__file__).parent / "data" / "sanitizer"
 
@@ -45,7 +45,7 @@ def test_build_paths_become_the_students_file_name():
 def test_every_tool_has_flags_and_a_description():
     from typing import get_args
 
-    from grader.spec import SanitizerTool
+    from grader.labspec.spec import SanitizerTool
 
     assert set(get_args(SanitizerTool)) == set(sanitizer.TOOL_FLAGS) == set(sanitizer.WHAT)
     assert sanitizer.TOOL_FLAGS["memcheck"] == ("--padding", "256")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from grader import sanitizer, sanitizerbatch
-from grader.runner import Isolation, RunDirs
-from grader.sandbox import Sandbox
-from grader.sanitizerbatch import SanitizerBatch, ToolRequest, sanitize_together
-from grader.toolrun import ToolRun
+from grader.checks import sanitizer, sanitizerbatch
+from grader.checks.sanitizerbatch import SanitizerBatch, ToolRequest, sanitize_together
+from grader.isolation.runner import Isolation, RunDirs
+from grader.isolation.sandbox import Sandbox
+from grader.isolation.toolrun import ToolRun
 from grader.worker.protocol import Kind, tool_case_task
 
 CLEAN = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from cuda_sources import LOCAL_ARRAY
 
-from grader import sass
-from grader.build import build
+from grader.checks import sass
+from grader.isolation.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = ROOT / "labs" / "tiled_matmul" / "interface.h"
@@ -168,7 +168,7 @@ def test_inspect_result_is_cached_beside_the_library(libraries, facts):
 def test_requirement_names_match_the_spec():
     import typing
 
-    from grader.spec import StaticRequirement
+    from grader.labspec.spec import StaticRequirement
 
     assert set(typing.get_args(StaticRequirement)) == set(REQUIREMENTS)
     empty = sass.CodeFacts(())

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from grader import build as nvcc
-from grader import sandbox as sandboxing
+from grader.checks.timing import bound_by_round_trips
 from grader.cli import main as cli_main
+from grader.engine.grade import grade
 from grader.errors import GraderError
-from grader.grade import grade
-from grader.labs import PROJECT_ROOT, find_lab
-from grader.options import GradeOptions
+from grader.host.safeio import SOURCE_LIMIT_BYTES, read_beneath, read_file
+from grader.isolation import build as nvcc
+from grader.isolation import sandbox as sandboxing
+from grader.isolation.options import GradeOptions
+from grader.isolation.runner import worker_env
+from grader.labspec.labs import PROJECT_ROOT, find_lab
 from grader.outcome import Outcome
-from grader.runner import worker_env
-from grader.safeio import SOURCE_LIMIT_BYTES, read_beneath, read_file
-from grader.timing import bound_by_round_trips
 from grader.worker.confine import landlock_abi
 
 PROBES = Path(__file__).with_name("sandbox_probes.py")
@@ -453,7 +453,7 @@ def test_landlock_and_seccomp_leave_the_process_working():
 def test_placement_checks_judge_only_the_kernels_that_ran(tmp_path):
     """A decoy kernel with a __constant__ mask and a shared tile, never launched, earns nothing once
     the kernels that ran are known (the GPU run records them); without that record it would."""
-    from grader.sass import static_checks
+    from grader.checks.sass import static_checks
 
     spec = find_lab("memory_types")
     decoy = spec.root / "solutions" / "wrong" / "unlaunched_decoy.cu"
@@ -475,7 +475,7 @@ def test_placement_checks_judge_only_the_kernels_that_ran(tmp_path):
 def test_arrays_a_worker_wrote_are_read_as_written_and_never_beyond_their_limit(tmp_path):
     import numpy as np
 
-    from grader.safeio import UnsafeFile, load_npy
+    from grader.host.safeio import UnsafeFile, load_npy
 
     for array in (np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.arange(12.0).reshape(3, 4)),
                   np.array(3.5), np.zeros((0, 5)), np.arange(7, dtype=np.uint8)):

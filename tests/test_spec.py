@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from grader.errors import GraderError, SpecError
-from grader.spec import ExpectedSolution, LabSpec
-from grader.specload import load_expected, load_lab
+from grader.labspec.spec import ExpectedSolution, LabSpec
+from grader.labspec.specload import load_expected, load_lab
 from grader.worker import expr
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -466,7 +466,7 @@ def test_expr_rejects_string_constants_and_syntax_errors():
 
 
 def test_every_lab_in_the_repo_loads():
-    from grader.labs import find_lab, lab_ids
+    from grader.labspec.labs import find_lab, lab_ids
 
     ids = lab_ids()
     assert {"tiled_matmul", "memory_types"} <= set(ids)

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader.sandbox import worker_runtime
+from grader.isolation.sandbox import worker_runtime
 
 GRADER = Path(__file__).resolve().parent.parent / "grader"
 MAX_LINES = 450
@@ -64,8 +64,8 @@ def test_no_module_is_over_the_line_limit():
 
 def test_reports_and_readmes_do_not_import_the_engine():
     known = _modules()
-    for name in ("grader.report.data", "grader.report.junit", "grader.report.text", "grader.readme", "grader.plan"):
-        assert "grader.grade" not in _imports(name, known[name], known), name
+    for name in ("grader.report.data", "grader.report.junit", "grader.report.text", "grader.course.readme", "grader.engine.plan"):
+        assert "grader.engine.grade" not in _imports(name, known[name], known), name
 
 
 def test_the_worker_package_imports_alone():
@@ -92,3 +92,44 @@ def test_every_module_the_architecture_map_names_exists():
     named = set(re.findall(r"`(grader/[\w/]+\.py)`", text))
     assert len(named) > 40, "the map names the modules of every stage"
     assert sorted(n for n in named if not (root / n).is_file()) == []
+
+
+#: The layers, lowest first: a module imports from its own layer and those below it, never above.
+#: Shared basics and the worker (which runs alone in the sandbox) are at the bottom; the command line on top.
+LAYERS = (
+    ("grader", "grader.errors", "grader.outcome", "grader.textutil", "grader.cachedirs", "grader.worker"),
+    ("grader.labspec",),
+    ("grader.host",),
+    ("grader.isolation",),
+    ("grader.checks",),
+    ("grader.engine",),
+    ("grader.report",),
+    ("grader.course",),
+    ("grader.gradebook",),
+    ("grader.classroom",),
+    ("grader.cli", "grader.completion", "grader.__main__"),
+)
+
+
+def _layer(module: str) -> int:
+    best, found = -1, -1
+    for k, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, found = len(prefix), k
+    assert found >= 0, f"{module} is in no layer: add its folder to LAYERS"
+    return found
+
+
+def test_imports_run_one_way_down_the_layers():
+    known = _modules()
+    upward = sorted(f"{name} (layer {_layer(name)}) imports {dep} (layer {_layer(dep)})"
+                    for name, path in known.items() for dep in _imports(name, path, known) if _layer(dep) > _layer(name))
+    assert not upward, upward
+
+
+def test_each_folder_holds_one_concept_of_a_dozen_modules_at_most():
+    folders = {p.parent for p in GRADER.rglob("*.py")}
+    sizes = {str(f.relative_to(GRADER.parent)): sum(1 for p in f.glob("*.py") if p.name != "__init__.py") for f in folders}
+    assert all(n <= 12 for name, n in sizes.items() if name != "grader"), sizes
+    assert all((f / "__init__.py").read_text().startswith('"""') for f in folders if f != GRADER), "each folder says what it holds"

@@ -10,15 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader import timing
-from grader.labs import find_lab
-from grader.options import GradeOptions
-from grader.runner import TaskResult
+from grader.checks import timing
+from grader.isolation.options import GradeOptions
+from grader.isolation.runner import TaskResult
+from grader.labspec.labs import find_lab
 from grader.worker.protocol import Kind
 
 
 def test_a_kernel_far_slower_than_every_baseline_ends_the_sampling():
-    from grader.timing import TOO_SLOW_FACTOR, far_too_slow
+    from grader.checks.timing import TOO_SLOW_FACTOR, far_too_slow
 
     baselines = [[2.0, 2.1], [3.0, 2.9]]
     assert not far_too_slow(3.0 * TOO_SLOW_FACTOR - 0.1, baselines)
@@ -58,7 +58,7 @@ def _scripted_take(m, names, first_pass, second_pass):
 
 
 def test_a_first_pass_disturbed_beyond_settling_is_measured_again_at_once():
-    from grader.spec import Timing
+    from grader.labspec.spec import Timing
 
     names = ["naive", "reference", "student"]
     cfg = Timing(min_samples=10, max_samples=100, target_rse=0.0, budget_s=60.0, warmup_s=0.0, max_cv=0.02)
@@ -73,7 +73,7 @@ def test_a_first_pass_disturbed_beyond_settling_is_measured_again_at_once():
 
 
 def test_a_last_pass_runs_to_its_end_however_noisy_and_says_so():
-    from grader.spec import Timing
+    from grader.labspec.spec import Timing
 
     names = ["reference", "student"]
     cfg = Timing(min_samples=10, max_samples=40, target_rse=0.0, budget_s=60.0, warmup_s=0.0, max_cv=0.02)
@@ -247,7 +247,7 @@ def test_a_rehearsal_opens_the_session_a_students_timing_then_finds_open_and_cal
 
 def test_the_workers_of_a_timed_lab_are_killed_at_once():
     """Each exit releases a CUDA context, which takes a while: the next lab's timing waits for both."""
-    from grader.procgroup import kill_together
+    from grader.host.procgroup import kill_together
 
     met = threading.Barrier(2, timeout=5)  # broken unless both kills are under way together
     killed = []
@@ -275,7 +275,7 @@ class _Ending:
 
 def _after_teardown(tmp_path, monkeypatch, out_of_memory=0):
     """A lab timed while the previous lab's workers are still ending; (student, baselines, when they were gone)."""
-    from grader.procgroup import TEARDOWNS
+    from grader.host.procgroup import TEARDOWNS
 
     monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
     sub = SimpleNamespace(spec=find_lab("tiled_matmul"), secret="s", archs=("sm_90",), cache_dir=tmp_path,
@@ -307,7 +307,7 @@ def test_an_open_short_of_memory_is_tried_again_once_the_last_labs_workers_are_g
 
 
 def test_teardowns_are_waited_for_by_gpu():
-    from grader.procgroup import Teardowns
+    from grader.host.procgroup import Teardowns
 
     teardowns = Teardowns()
     slow, quick = _Ending(0.3), _Ending(0.0)
@@ -359,9 +359,9 @@ class _Lab:
 
 
 def test_a_repositorys_labs_open_their_timings_together_and_their_workers_end_after_the_last(monkeypatch):
-    from grader import repo
-    from grader.procgroup import TEARDOWNS
-    from grader.repo import _time_in_turn
+    from grader.engine import repo
+    from grader.engine.repo import _time_in_turn
+    from grader.host.procgroup import TEARDOWNS
 
     monkeypatch.setattr(repo, "SCORING_S", {})
 
@@ -419,9 +419,9 @@ def test_a_worker_keeps_a_timing_session_per_lab_and_rewinds_one_opened_again_al
 
 
 def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatch):
-    from grader import trusted
-    from grader.runner import Isolation, WorkerSession
-    from grader.sandbox import Sandbox
+    from grader.isolation import trusted
+    from grader.isolation.runner import Isolation, WorkerSession
+    from grader.isolation.sandbox import Sandbox
 
     monkeypatch.setattr(trusted, "_WORKERS", {})
     iso = Isolation(Sandbox(None, reason="test"), trusted=True, cupy_cache=None)
@@ -447,9 +447,9 @@ def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatc
 
 def test_the_lab_whose_timed_output_took_longest_to_check_is_timed_first(monkeypatch):
     """Its check runs beside the other labs' timings instead of after the last one."""
-    from grader import repo
-    from grader.procgroup import TEARDOWNS
-    from grader.repo import _time_in_turn
+    from grader.engine import repo
+    from grader.engine.repo import _time_in_turn
+    from grader.host.procgroup import TEARDOWNS
 
     monkeypatch.setattr(repo, "SCORING_S", {})
     order = []

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from grader import gitinfo
-from grader import sandbox as sandboxing
 from grader.classroom import plan, roster
 from grader.classroom.progress import Display
 from grader.classroom.run import ClassOptions, grade_class
-from grader.labs import PROJECT_ROOT
-from grader.options import GradeOptions
+from grader.isolation import gitinfo
+from grader.isolation import sandbox as sandboxing
+from grader.isolation.options import GradeOptions
+from grader.labspec.labs import PROJECT_ROOT
 
 ROOT = Path(__file__).resolve().parent.parent
 SANDBOX = sandboxing.detect()
@@ -146,7 +146,8 @@ ATTACK = r"""
 import json, os, subprocess, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from grader import build, paths, sandbox
+from grader.isolation import build, sandbox
+from grader.labspec import paths
 what, arg = sys.argv[2], sys.argv[3]
 box = sandbox.detect()
 out = {"active": box.active, "describe": box.describe()}
@@ -335,7 +336,7 @@ def test_classmates_folders_under_a_bound_system_folder_are_hidden_while_a_class
 
 
 def test_the_toolkit_is_found_by_its_real_folder_through_a_wrapper(tmp_path):
-    from grader import toolchain
+    from grader.host import toolchain
 
     nvcc = toolchain.find("nvcc")
     if nvcc is None:

@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader import casecache, counters
-from grader.build import lab_build
-from grader.classroom import gpulock
+from grader.checks import casecache, counters
 from grader.errors import GraderError
-from grader.labs import find_lab
-from grader.options import GradeOptions, kernel_cache
+from grader.host import gpulock
+from grader.isolation.build import lab_build
+from grader.isolation.options import GradeOptions, kernel_cache
+from grader.labspec.labs import find_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER_CLEAN = ROOT / "ci" / "runner" / "runner-clean"
@@ -119,7 +119,7 @@ def test_another_users_gpu_folder_in_tmp_with_a_linked_lock_is_neither_used_nor_
     monkeypatch.setattr(tempfile, "tempdir", str(systmp))
     monkeypatch.setenv("XDG_CACHE_HOME", str(public_dir / "rootcache"))
     monkeypatch.delenv("GRADER_LOCK_DIR", raising=False)
-    from grader.gpu import GpuInfo
+    from grader.host.gpu import GpuInfo
 
     with counters.profiling_lock(2, counters.lock_folder(GpuInfo("H100", (9, 0), "580", 0, KEY))):
         pass
@@ -172,7 +172,7 @@ HOLDER = textwrap.dedent("""
     import sys, time
     sys.path[:0] = sys.argv[3:]
     from pathlib import Path
-    from grader.classroom.gpulock import gpu_folder, gpu_lock
+    from grader.host.gpulock import gpu_folder, gpu_lock
     with gpu_lock(gpu_folder(sys.argv[1]), what="grading alice"):
         print("held", flush=True)
         time.sleep(float(sys.argv[2]))

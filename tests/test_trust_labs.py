@@ -18,11 +18,12 @@ import pytest
 import test_bundle
 import test_wheel
 
-from grader import paths, sandbox
 from grader.cli import main
+from grader.course.release import release
 from grader.errors import SpecError
-from grader.release import release
-from grader.specload import load_lab
+from grader.isolation import sandbox
+from grader.labspec import paths
+from grader.labspec.specload import load_lab
 
 ROOT = Path(__file__).resolve().parent.parent
 SHADOW = "/etc/shadow"
@@ -162,9 +163,9 @@ def test_a_class_never_imports_a_students_problem_py(tmp_path, released, monkeyp
     """Where a GPU would import the lab's problem.py (the inputs and the oracle) in the grader's
     process: with the GPU probe stubbed on a CPU machine, a bundle's problem.py that leaves a
     marker when imported, and the TA's folder inside that student's repository."""
-    from grader import gpu
-    from grader import grade as grading
     from grader.classroom import run as class_run
+    from grader.engine import grade as grading
+    from grader.host import gpu
 
     monkeypatch.setattr(paths, "PROJECT_ROOT", tmp_path / "site-packages")
     folder = class_of(tmp_path, released)
@@ -202,7 +203,7 @@ def test_grade_repo_from_its_own_bundle_says_so_on_every_score_line_and_in_every
     scores = [line for line in out.splitlines() if line.strip().startswith(("score ", "== total"))]
     assert len(scores) == 3 and all(line.endswith(note) for line in scores), out
     assert "labs: .cuda-grader/labs (the repository's student bundle: feedback only" in err  # even with -q
-    from grader.identity import labs_folder_hash
+    from grader.engine.identity import labs_folder_hash
 
     bundle = (repo / ".cuda-grader" / "labs").resolve()
     identity = json.loads((repo / "report" / "report.json").read_text())["identity"]
@@ -226,7 +227,7 @@ def test_grading_with_the_course_labs_is_no_feedback(repo, monkeypatch, capsys):
 
 
 def test_a_labs_folder_hash_sees_every_file_and_follows_no_link(tmp_path):
-    from grader.identity import labs_folder_hash
+    from grader.engine.identity import labs_folder_hash
 
     labs = tmp_path / "labs"
     (labs / "a").mkdir(parents=True)
@@ -250,10 +251,10 @@ def test_a_lane_process_resolves_exactly_the_parents_labs(tmp_path, released, mo
     GPU) against the parent's --labs, with a student's bundle in the current folder."""
     import multiprocessing
 
-    from grader import options as grading_options
-    from grader.classroom.gpus import GpuSlot
     from grader.classroom.lanes import GpuLane
-    from grader.options import GradeOptions
+    from grader.host.gpus import GpuSlot
+    from grader.isolation import options as grading_options
+    from grader.isolation.options import GradeOptions
 
     course = tmp_path / "course"
     release(ROOT / "labs", course, course=True)
@@ -280,7 +281,8 @@ def test_a_lane_process_resolves_exactly_the_parents_labs(tmp_path, released, mo
 # ------------------------------------------------------------------ the installed grader (the wheel), as students and TAs run it
 
 STUB_GPU_LANES = """import sys
-from grader.classroom import gpus, run
+from grader.classroom import run
+from grader.host import gpus
 # the GPU probe, stubbed: one GPU lane; the lane's process itself runs as it is and finds no GPU
 run.gpu_slots = lambda options, wanted: [gpus.GpuSlot(0, "trust-labs-wheel", "Stub GPU", (9, 0))]
 from grader.cli import main
@@ -310,7 +312,7 @@ def test_installed_grader_announces_and_records_the_repository_bundle(fresh, whe
     scores = [line for line in proc.stdout.splitlines() if line.strip().startswith(("score ", "== total"))]
     assert scores and all(line.endswith(note) for line in scores), proc.stdout
     assert "labs: .cuda-grader/labs (the repository's student bundle: feedback only" in proc.stderr  # with -q too
-    from grader.identity import labs_folder_hash
+    from grader.engine.identity import labs_folder_hash
 
     bundle = (wheel_repo / ".cuda-grader" / "labs").resolve()
     identity = json.loads((report / "report.json").read_text())["identity"]

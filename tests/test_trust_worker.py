@@ -18,13 +18,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader import launched, replies, runner, toolrun
-from grader.correctness import failure_from_task
-from grader.counters import NO_KERNEL, CounterRun
-from grader.labs import find_lab
+from grader.checks import launched
+from grader.checks.correctness import failure_from_task
+from grader.checks.counters import NO_KERNEL, CounterRun
+from grader.isolation import replies, runner, toolrun
+from grader.isolation.runner import INTERFERED, Isolation, RunDirs, TaskResult, WorkerSession
+from grader.isolation.sandbox import Sandbox
+from grader.labspec.labs import find_lab
 from grader.outcome import Outcome, Stage
-from grader.runner import INTERFERED, Isolation, RunDirs, TaskResult, WorkerSession
-from grader.sandbox import Sandbox
 from grader.worker.protocol import (
     LauncherSpec,
     SharedBuffer,
@@ -256,8 +257,8 @@ def test_a_case_is_judged_on_the_trusted_workers_reading_whatever_the_students_w
     worker that claims all is well, or carries outputs of its own, changes nothing."""
     import numpy as np
 
-    from grader.correctness import grade_case
-    from grader.labs import load_problem
+    from grader.checks.correctness import grade_case
+    from grader.labspec.labs import load_problem
     from grader.worker.protocol import Kind
 
     spec = find_lab("tiled_matmul")
@@ -308,8 +309,8 @@ def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tm
     on buffers the trusted worker fills again, before its timeout becomes the verdict."""
     import numpy as np
 
-    from grader.correctness import grade_case
-    from grader.labs import load_problem
+    from grader.checks.correctness import grade_case
+    from grader.labspec.labs import load_problem
     from grader.worker.protocol import Kind
 
     spec = find_lab("tiled_matmul")

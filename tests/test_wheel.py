@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.labs import find_lab, lab_ids
-from grader.plan import COURSE_RUNNER, course_only_ids
-from grader.spec import LabSpec
+from grader.engine.plan import COURSE_RUNNER, course_only_ids
+from grader.labspec.labs import find_lab, lab_ids
+from grader.labspec.spec import LabSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.wheel

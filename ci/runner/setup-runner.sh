@@ -187,7 +187,7 @@ rm -f -- "$sudoers"
 # ---------------------------------------------------------------- checks, as the users themselves
 say "checking the sandbox and the labs as $GRADING_USER"
 if ! out=$(cd / && runuser -u "$GRADING_USER" -- env HOME="$GRADER_HOME" "$OPT/venv/bin/python" -I -c 'import sys
-from grader import sandbox
+from grader.isolation import sandbox
 box = sandbox.detect()
 print(box.describe())
 sys.exit(0 if box.active else 1)' 2>&1); then

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import gitinfo
-from ..safeio import SOURCE_LIMIT_BYTES
+from ..host.safeio import SOURCE_LIMIT_BYTES
+from ..isolation import gitinfo
 
 
 def export(repo: Path, commit: str, rels: list[str], dest: Path) -> Path:

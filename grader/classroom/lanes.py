@@ -3,7 +3,7 @@ own that sees only that GPU (``CUDA_VISIBLE_DEVICES``), holds the GPU's lock whi
 asks the health gate before each timing; without a GPU, CPU lanes (threads) grade the checks that
 need none. A lane whose process dies records that student's failure and starts afresh.
 
-A lane's process grades with what its parent resolved (``grader.inherit``): the labs folder the
+A lane's process grades with what its parent resolved (``grader.isolation.inherit``): the labs folder the
 parent found (``--labs`` among them) and its run secret, handed to the process's initializer, never
 found again from the lane's own defaults; its options travel with each job.
 """
@@ -19,12 +19,13 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
-from .. import inherit
-from ..labs import find_lab
-from ..options import GradeOptions
-from ..rehearsal import rehearse_timings
-from . import gpulock, health, stopping
-from .gpus import GpuSlot
+from ..engine.rehearsal import rehearse_timings
+from ..host import gpulock, health
+from ..host.gpus import GpuSlot
+from ..isolation import inherit
+from ..isolation.options import GradeOptions
+from ..labspec.labs import find_lab
+from . import stopping
 from .plan import StudentJob
 from .student import StudentResult, grade_student
 
@@ -107,7 +108,7 @@ def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> Stud
 
 
 def _lane_rehearse(labs: tuple[str, ...], options: GradeOptions) -> None:
-    """Ready the lane's GPU before its first student (see :mod:`grader.rehearsal`), while the
+    """Ready the lane's GPU before its first student (see :mod:`grader.engine.rehearsal`), while the
     CPU pool compiles that student."""
     slot: GpuSlot = _LANE["slot"]
     outbox = _LANE["outbox"]

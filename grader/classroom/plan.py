@@ -3,7 +3,7 @@
 A student's results live in ``OUT/students/<id>/``; the folder is written whole under a
 temporary name and renamed into place, so a run killed mid-way leaves either the previous
 results or none, never half. A student whose folder holds a report with the same content hash
-(submitted files, lab files, grader, options: see ``grader.identity``) is skipped on a rerun
+(submitted files, lab files, grader, options: see ``grader.engine.identity``) is skipped on a rerun
 unless ``force`` is given.
 """
 
@@ -16,16 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from .. import gitinfo, paths
+from ..engine.identity import Identity, file_hashes, identify
+from ..engine.repo import submission_rel
 from ..errors import INTERNAL_ERROR
-from ..identity import Identity, file_hashes, identify
-from ..options import GradeOptions
-from ..repo import submission_rel
-from ..spec import LabSpec
+from ..gradebook.records import STUDENTS_DIR, student_folder
+from ..isolation import gitinfo
+from ..isolation.options import GradeOptions
+from ..labspec import paths
+from ..labspec.spec import LabSpec
 from . import checkout
 from .roster import Student
 
-STUDENTS_DIR = "students"
 PARTIAL = ".partial-"
 OLD = ".old-"
 
@@ -40,10 +41,6 @@ class StudentJob:
     failure: str  # why nothing of theirs can be graded ("" when it can)
     identity: Identity
     folder: Path  # OUT/students/<id>
-
-
-def student_folder(out: Path, student_id: str) -> Path:
-    return out / STUDENTS_DIR / student_id
 
 
 def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | None, str | None, str]:

@@ -13,12 +13,12 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from .. import sass
-from ..build import lab_build
-from ..labs import find_lab
-from ..options import GradeOptions, sandbox_for
-from ..repo import submission_rel
-from ..spec import LabSpec
+from ..checks import sass
+from ..engine.repo import submission_rel
+from ..isolation.build import lab_build
+from ..isolation.options import GradeOptions, sandbox_for
+from ..labspec.labs import find_lab
+from ..labspec.spec import LabSpec
 from .plan import StudentJob
 
 #: A build: (lab, digest of the file or ``baseline:<name>``, archs).

@@ -7,7 +7,7 @@ with ``#`` are ignored. A bad line is an input error naming the file, the line a
 
 A student's folder must be the folder itself: one that is a symbolic link (in a folder of
 repositories, or as the last part of a roster's path) is refused in that student's row, as is a
-``.git`` that is not the folder's own (see ``grader.gitinfo.repository_problem``). Links further
+``.git`` that is not the folder's own (see ``grader.isolation.gitinfo.repository_problem``). Links further
 up a roster's path are the TA's own layout and are followed.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import GraderError
-from ..gitinfo import REV_PATTERN
+from ..isolation.gitinfo import REV_PATTERN
 
 #: A student id names the student's output folder and CSV row: letters, digits and ``._@+-``.
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$")

@@ -15,16 +15,20 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__, paths
-from .. import sandbox as sandboxing
-from ..identity import grader_source_hash, lab_version, options_key
-from ..labs import find_lab, lab_ids
-from ..options import GradeOptions, default_archs
-from ..spec import LabSpec
-from . import gpus, gradebook, plan
-from .gradebook import Manifest
+from .. import __version__
+from ..engine.identity import grader_source_hash, options_key
+from ..gradebook import grades as gradebook
+from ..gradebook.grades import Manifest
+from ..gradebook.records import STUDENTS_DIR, StudentRecord
+from ..host import gpus
+from ..isolation import sandbox as sandboxing
+from ..isolation.options import GradeOptions, default_archs
+from ..labspec import paths
+from ..labspec.labs import find_lab, lab_ids
+from ..labspec.spec import LabSpec
+from ..labspec.version import lab_version
+from . import plan
 from .progress import Display
-from .records import StudentRecord
 from .roster import Student
 from .scheduler import Scheduler
 from .shard import Shard
@@ -54,7 +58,7 @@ def gpu_slots(options: GradeOptions, wanted: str | None) -> list[gpus.GpuSlot]:
     """The GPUs to grade on (none with --no-gpu, or where there is no GPU or no CuPy)."""
     if not options.gpu or os.environ.get("GRADER_NO_GPU"):
         return []
-    from .. import gpu  # CuPy and a driver, as the engine needs them
+    from ..host import gpu  # CuPy and a driver, as the engine needs them
 
     devices = gpus.nvml_devices()
     if not devices:  # no NVML (nvidia-ml-py): the GPU the engine finds through nvidia-smi, alone
@@ -83,7 +87,7 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
     if not slots and options.gpu and (cls.gpus or "").strip().lower() == "none":
         options = dataclasses.replace(options, gpu=False)  # --gpus none: CPU lanes, even on a machine with a GPU
     where = ", ".join(sorted({s.name for s in slots})) or "no GPU"
-    (cls.out / plan.STUDENTS_DIR).mkdir(parents=True, exist_ok=True)
+    (cls.out / STUDENTS_DIR).mkdir(parents=True, exist_ok=True)
     plan.recover(cls.out)
     scratch = Path(tempfile.mkdtemp(prefix="grade-class-"))
     try:

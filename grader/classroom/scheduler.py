@@ -11,9 +11,9 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from .. import inherit
-from ..options import GradeOptions, usable_cpus
-from .gpus import GpuSlot
+from ..host.gpus import GpuSlot
+from ..isolation import inherit
+from ..isolation.options import GradeOptions, usable_cpus
 from .lanes import GpuLane, Lane, ThreadLane
 from .plan import StudentJob
 from .prepare import Build, Builder

@@ -12,16 +12,17 @@ import shutil
 import time
 from dataclasses import dataclass
 
+from ..engine.identity import completed
+from ..engine.repo import TimingGate, failed_report, grade_repo, submission_rel
 from ..errors import GraderError, internal_error_message
-from ..identity import completed
-from ..labs import find_lab
-from ..options import GradeOptions, Progress, no_progress
+from ..gradebook import gradescope
+from ..gradebook.records import record_from
+from ..isolation.options import GradeOptions, Progress, no_progress
+from ..labspec.labs import find_lab
 from ..outcome import LabReport, Outcome
-from ..repo import TimingGate, failed_report, grade_repo, submission_rel
 from ..report import files as report_files
-from . import gradescope, plan, stopping
+from . import plan, stopping
 from .plan import StudentJob
-from .records import record_from
 
 RESULTS = "results.json"
 

@@ -43,7 +43,7 @@ def as_dict(report: LabReport) -> dict[str, Any]:
 
 
 def dumps(reports: Iterable[LabReport], identity: Mapping[str, Any] | None = None) -> str:
-    """The JSON result; ``identity`` (whose work, graded with what: see ``grader.identity``) goes first."""
+    """The JSON result; ``identity`` (whose work, graded with what: see ``grader.engine.identity``) goes first."""
     reports = list(reports)
     doc = {
         "schema_version": SCHEMA_VERSION,

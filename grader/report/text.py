@@ -6,8 +6,8 @@ import os
 import sys
 from typing import Any, Iterable, Mapping, TextIO
 
+from ..labspec.paths import BUNDLE_LABS, REPOSITORY_BUNDLE
 from ..outcome import CheckResult, LabReport, Outcome, fmt_points
-from ..paths import BUNDLE_LABS, REPOSITORY_BUNDLE
 from ..textutil import (
     cap_lines,
     clean,

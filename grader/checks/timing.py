@@ -1,0 +1,403 @@
+"""Timing: the statistics, the stopping rule and :class:`TimedRun`, which drives the student's
+worker and the trusted baselines' worker sample by sample, interleaved."""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..host.gpu import key_of
+from ..host.procgroup import TEARDOWNS
+from ..isolation.build import baseline_library
+from ..isolation.options import secret_seed
+from ..isolation.runner import TaskResult, WorkerSession
+from ..isolation.submission import Submission
+from ..labspec.spec import Benchmark, LabSpec, Timing
+from ..worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
+from .correctness import launcher_spec
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    n: int
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    cv: float  # coefficient of variation (stdev / mean)
+    rse: float  # relative standard error of the mean
+    median_wall_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "n": self.n,
+            "median_ms": round(self.median_ms, 6),
+            "min_ms": round(self.min_ms, 6),
+            "cv_pct": round(self.cv * 100, 3),
+            "median_wall_ms": round(self.median_wall_ms, 6),
+        }
+
+
+def summarize(samples_ms: list[float], wall_ms: list[float] | None = None) -> TimingStats:
+    if not samples_ms:
+        raise ValueError("no samples")
+    n = len(samples_ms)
+    mean = statistics.fmean(samples_ms)
+    sd = statistics.stdev(samples_ms) if n > 1 else 0.0
+    cv = sd / mean if mean > 0 else math.inf
+    return TimingStats(
+        n=n,
+        median_ms=statistics.median(samples_ms),
+        min_ms=min(samples_ms),
+        mean_ms=mean,
+        cv=cv,
+        rse=cv / math.sqrt(n) if n > 1 else math.inf,
+        median_wall_ms=statistics.median(wall_ms) if wall_ms else 0.0,
+    )
+
+
+def should_stop(
+    samples: dict[str, list[float]],
+    elapsed_s: float,
+    *,
+    min_samples: int,
+    max_samples: int,
+    target_rse: float,
+    budget_s: float,
+) -> bool:
+    """Stop when every kernel has enough samples and a small enough standard error, or time is up."""
+    counts = [len(s) for s in samples.values()]
+    if min(counts) >= max_samples:
+        return True
+    if min(counts) < min_samples:
+        # past four budgets, settle for what there is: a pathologically slow kernel must not stall
+        return elapsed_s > 4 * budget_s and min(counts) >= 3
+    if elapsed_s >= budget_s:
+        return True
+    return all(summarize(s).rse <= target_rse for s in samples.values())
+
+
+#: Margin on :func:`cannot_settle`: a pass is given up only where even this much more than the
+#: limit would stay out of reach.
+SETTLE_MARGIN = 1.25
+
+
+def cannot_settle(samples: dict[str, list[float]], *, min_samples: int, max_samples: int, max_cv: float) -> bool:
+    """Whether a pass is sure to end above ``max_cv`` for some kernel, however it goes on: its
+    samples so far spread so far (a GPU disturbed for a moment) that even ``max_samples`` of
+    them, every one added at the mean, would leave the CV above the limit (with a margin). A
+    stdev's squared deviations only grow with more samples, so its CV can at best fall as
+    sqrt((n - 1) / (max_samples - 1))."""
+    for series in samples.values():
+        n = len(series)
+        if n < min_samples or n < 2 or n >= max_samples:
+            continue
+        if summarize(series).cv * math.sqrt((n - 1) / (max_samples - 1)) > max_cv * SETTLE_MARGIN:
+            return True
+    return False
+
+
+# A sample whose wall-clock time (call to device-wide synchronize) exceeds its event time by more
+# than this was not finished on the legacy stream when the launcher returned: it is timed by the
+# wall clock instead (work on another stream, or deferred, still counts).
+WALL_SLACK = 1.25
+WALL_MARGIN_MS = 0.05
+#: Slack on top of the trusted baselines' largest call overhead before a student's sample is bounded.
+ROUND_TRIP_SLACK_MS = 0.25
+#: ... and this fraction of the round trip: a call that waits tens of ms for the GPU wakes its
+#: worker later than the baselines' short calls do (H100: a 62 ms kernel's round trip exceeded its
+#: event time by more than the short calls' overhead plus 0.25 ms in 7 of 10 calls).
+ROUND_TRIP_SLACK_FRACTION = 0.02
+#: A student sample this many times slower than the slowest baseline's slowest sample ends the
+#: sampling: the speed checks are scored from what was taken (a kernel that prints from every
+#: thread can take seconds per call, and more samples would not change its score).
+TOO_SLOW_FACTOR = 50.0
+#: Where the trusted worker saves the last timed call's inputs and outputs (in its outbox).
+CLOSING_FOLDER = "timing"
+
+
+def bound_by_round_trips(samples: list[float], trips: list[float], trusted: list[tuple[list[float], list[float]]]) -> int:
+    """Raise each of the student's reported times to at least what the grader's own clock allows.
+
+    The student's worker reports its times and could forge them; the grader timed the round
+    trip of every call. A trusted worker's calls show how much of a round trip is overhead
+    (messages, dispatch): the student's time is at least its round trip less that overhead
+    (its largest, plus slack, plus a fraction of the round trip). Returns how many samples were raised."""
+    overheads = [trip - wall for walls, ts in trusted for wall, trip in zip(walls, ts)]
+    if not overheads:
+        return 0
+    allowance = max(overheads) + ROUND_TRIP_SLACK_MS
+    raised = 0
+    for i, (reported, trip) in enumerate(zip(samples, trips)):
+        floor = trip * (1 - ROUND_TRIP_SLACK_FRACTION) - allowance
+        if reported < floor:
+            samples[i] = floor
+            raised += 1
+    return raised
+
+
+def far_too_slow(student_ms: float, baseline_samples: list[list[float]]) -> bool:
+    """Whether a student sample is so slow that sampling stops (see ``TOO_SLOW_FACTOR``)."""
+    slowest = max((max(s) for s in baseline_samples if s), default=0.0)
+    return slowest > 0 and student_ms > TOO_SLOW_FACTOR * slowest
+
+
+class _FarTooSlow(Exception):
+    pass
+
+
+class _Ungated(Exception):
+    """A timing gate did not hold (it expired, or the worker has none): the samples so far were
+    not all taken the same way."""
+
+
+class SampleFailed(Exception):
+    """A timing task failed in ``who``'s worker (a baseline's, or "student")."""
+
+    def __init__(self, who: str, result: TaskResult):
+        super().__init__(result.reason)
+        self.who, self.result = who, result
+
+
+@dataclass
+class Measurement:
+    """Samples per kernel ("student" and each baseline), in ms, and what the trusted worker read
+    of the student's buffers at the end (``closing``: the last call's outputs and inputs)."""
+
+    samples: dict[str, list[float]]
+    walls: dict[str, list[float]]
+    trips: dict[str, list[float]]  # the grader's round trip of each timed call
+    device: dict[str, Any] = field(default_factory=dict)
+    closing: Reply = field(default_factory=dict)
+    #: the last timed call's inputs and outputs as the trusted worker saved them: (its folder,
+    #: file names of the inputs by name)
+    inputs: tuple[Path, dict[str, str]] | None = None
+    by_wall: int = 0  # student samples timed by the wall clock
+    by_clock: int = 0  # student samples raised to the grader's round trip
+    noisy: list[str] = field(default_factory=list)
+    stopped_early: bool = False  # the student's kernel was far too slow to sample further
+    gated: bool = True  # every call was timed behind a timing gate (see worker.sampling.Gate)
+    gate_note: str = ""  # why not: what the call that found no gate held said ("expired", ...)
+    phase_s: dict[str, float] = field(default_factory=dict)  # "open", "sampling", "close": where the time went
+
+
+def timing_seed(spec: LabSpec, secret: str) -> int:
+    """The seed of a lab's timed inputs (secret where the course sets one)."""
+    assert spec.benchmark is not None
+    return secret_seed(secret, spec.id, "timing", spec.benchmark.seed)
+
+
+def opening(spec: LabSpec, libraries: dict[str, str], seed: int, copy: bool) -> Task:
+    """The task that opens a timing session of ``spec`` over ``libraries`` (name -> path)."""
+    assert spec.benchmark is not None
+    return timing_open(libraries, launcher_spec(spec), dict(spec.benchmark.params), str(spec.files.problem), seed, copy)
+
+
+def in_session(spec: LabSpec, task: Task) -> Task:
+    """``task`` for the lab's own timing session: the baselines' worker keeps one per lab."""
+    return {**task, "session": spec.id}
+
+
+def baselines_of(bench: Benchmark) -> list[str]:
+    return sorted({c.baseline for c in bench.checks})
+
+
+def baselines_opening(spec: LabSpec, archs: tuple[str, ...], cache_dir: Path | None, secret: str) -> Task:
+    """The task that opens ``spec``'s baselines' timing session (building them if need be): the
+    same task for every student of a process, so their worker keeps the session open between them."""
+    assert spec.benchmark is not None
+    libs = {b: str(baseline_library(spec, b, archs, cache_dir)) for b in baselines_of(spec.benchmark)}
+    return in_session(spec, opening(spec, libs, timing_seed(spec, secret), True))
+
+
+def inputs_only(spec: LabSpec, secret: str) -> Task:
+    """A session of ``spec``'s timing without a library: its inputs generated and compared, so the
+    kernels that does are compiled before any library is built."""
+    return in_session(spec, opening(spec, {}, timing_seed(spec, secret), True))
+
+
+def rehearse(spec: LabSpec, archs: tuple[str, ...], cache_dir: Path | None, secret: str, worker: WorkerSession) -> None:
+    """Open ``spec``'s baselines' session in ``worker`` and call each baseline once, untimed: the
+    CuPy kernels that generating, flushing and comparing need are compiled now, into the trusted
+    kernel cache, and the session stays open for the first student. Raises SampleFailed."""
+    bench = spec.benchmark
+    assert bench is not None
+    tasks = [baselines_opening(spec, archs, cache_dir, secret)]
+    tasks += [in_session(spec, t) for b in baselines_of(bench) for t in (timing_prepare(b), timing_sample(b, False))]
+    for task in tasks:
+        result = worker.run(task, bench.time_limit_s)
+        if result.status != Status.OK.value:
+            raise SampleFailed("baselines", result)
+
+
+class TimedRun:
+    """One lab's timing against its baselines, in two halves: ``open()`` readies both workers
+    (inputs generated, libraries loaded: nothing timed), ``sample()`` times them interleaved,
+    sample by sample, until the stopping rule is met. Both raise SampleFailed. A repository's
+    labs are all opened at once, then sampled in turn."""
+
+    def __init__(self, sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> None:
+        spec = sub.spec
+        assert spec.benchmark is not None
+        self.sub, self.worker, self.bench = sub, worker, spec.benchmark
+        self.trusted = baselines_worker
+        self.baselines = baselines_of(self.bench)
+        self.owner = {**{b: baselines_worker for b in self.baselines}, "student": worker}
+        self.names = [*self.baselines, "student"]
+        self.m = Measurement({n: [] for n in self.names}, {n: [] for n in self.names}, {n: [] for n in self.names})
+        self.gpu = key_of(sub.gpu)  # a GPU's timings take turns
+        self.open_s = 0.0
+        #: the trusted worker's session that owns the student's buffers (refilled and read there)
+        self.shared_session = f"{spec.id}/student-{secrets.token_hex(6)}"
+        self.shared_open = False
+
+    def _call(self, who: str, task: Task, fds: tuple[int, ...] = ()) -> TaskResult:
+        result = self.owner[who].run(in_session(self.sub.spec, task), self.sub.time_left(self.bench.time_limit_s), fds)
+        if result.status != Status.OK.value:
+            raise SampleFailed(who, result)
+        return result
+
+    def _shared(self, task: Task) -> TaskResult:
+        """A task of the trusted worker's session of the student's buffers. Its failures are the
+        student's where they are its doing (the GPU's memory taken); otherwise the grader's."""
+        result = self.trusted.run({**task, "session": self.shared_session}, self.sub.time_left(self.bench.time_limit_s))
+        if result.status != Status.OK.value:
+            raise SampleFailed("student" if result.status == Status.OUT_OF_MEMORY.value else "buffers", result)
+        return result
+
+    def _opened(self, who: str, task: Task, fds: tuple[int, ...] = ()) -> TaskResult:
+        try:
+            return self._call(who, task, fds)
+        except SampleFailed as failed:
+            if failed.result.status != Status.OUT_OF_MEMORY.value:
+                raise
+            TEARDOWNS.wait(self.gpu)  # the previous repository's workers, still ending, held the memory
+            return self._call(who, task, fds)
+
+    def open(self) -> None:
+        """The trusted worker makes the student's buffers, then both workers set up at once
+        (nothing is timed yet), while earlier workers may still be ending."""
+        sub, spec = self.sub, self.sub.spec
+        started = time.monotonic()
+        seed = timing_seed(spec, sub.secret)
+        export: Task = {**opening(spec, {}, seed, False), "export": True}
+        try:
+            buffers = self._shared(export)
+        except SampleFailed as failed:
+            if failed.result.status != Status.OUT_OF_MEMORY.value:
+                raise
+            TEARDOWNS.wait(self.gpu)  # the previous repository's workers, still ending, held the memory
+            buffers = self._shared(export)
+        self.shared_open = True
+        try:
+            student = opening(spec, {"student": str(sub.library)}, seed, False)
+            student["share"], student["buffers"] = buffers.data["share"], buffers.data["buffers"]
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
+                student_open = pool.submit(self._opened, "student", student, buffers.fds)
+                self.m.device = self._opened(self.baselines[0], baselines_opening(spec, sub.archs, sub.cache_dir, sub.secret)).data["device"]
+                student_open.result()
+        except BaseException:
+            self.release()
+            raise
+        finally:
+            for fd in buffers.fds:
+                os.close(fd)
+        self.open_s = time.monotonic() - started
+
+    def release(self) -> None:
+        """Free the student's buffers in the trusted worker, if the close has not."""
+        if self.shared_open:
+            self.shared_open = False
+            self.trusted.run({**timing_close(""), "session": self.shared_session}, 30.0)
+
+    def sample(self) -> Measurement:
+        """Time the opened workers once every worker being ended on the GPU is gone."""
+        m = self.m
+        marks = [time.monotonic()]  # the start and end of each phase
+        TEARDOWNS.wait(self.gpu)
+        marks.append(time.monotonic())
+        try:
+            try:
+                try:
+                    _sample(m, self.names, self._take, self.bench.timing)
+                except _Ungated:
+                    _sample(m, self.names, self._take, self.bench.timing)  # from the start, every kernel timed the same way
+            except _FarTooSlow:
+                m.stopped_early = True
+            marks.append(time.monotonic())
+            self._call("student", timing_close(""))
+            # what the last call ran on and left, read by the trusted worker that owns the buffers,
+            # into a folder of this run's own: the worker serves every submission graded on this GPU
+            folder = self.trusted.dirs.outbox / f"{CLOSING_FOLDER}-{self.sub.spec.id}-{secrets.token_hex(6)}"
+            self.shared_open = False
+            m.closing = self._shared(timing_close(str(folder))).data
+            m.inputs = (folder, {str(k): str(v) for k, v in m.closing["check_inputs"].items()})
+        finally:
+            self.release()
+        marks.append(time.monotonic())
+        m.phase_s = {name: round(end - begin, 3) for name, begin, end in zip(("open", "sampling", "close"), marks, marks[1:])}
+        m.phase_s["open"] = round(m.phase_s["open"] + self.open_s, 3)
+        m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
+                                          [(m.walls[b], m.trips[b]) for b in self.baselines])
+        return m
+
+    def _take(self, n: str, gated: bool) -> None:
+        m = self.m
+        if n == "student":
+            self._shared(timing_prepare(n))  # fresh inputs in the student's buffers, by the trusted worker
+        self._call(n, timing_prepare(n))
+        result = self._call(n, timing_sample(n, m.gated and gated))
+        data = result.data
+        if m.gated and gated and data.get("gate") != "held":
+            # the gate expired (the launcher waited for the GPU) or there is none: no gate, for every kernel
+            m.gated = False
+            m.gate_note = str(data.get("gate", "no gate"))[:300]  # the student's worker says it: bounded
+            raise _Ungated
+        late = data["wall_ms"] > data["ms"] * WALL_SLACK + WALL_MARGIN_MS
+        m.samples[n].append(data["wall_ms"] if late else data["ms"])
+        m.walls[n].append(data["wall_ms"])
+        m.trips[n].append(result.seconds * 1e3)
+        m.by_wall += late and n == "student"
+        if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in self.baselines]):
+            raise _FarTooSlow
+
+
+def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement:
+    """Open and sample one lab's timing (see :class:`TimedRun`); raises SampleFailed."""
+    run = TimedRun(sub, worker, baselines_worker)
+    run.open()
+    return run.sample()
+
+
+def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None], cfg: Timing) -> None:
+    """Warm up, then sample every kernel in turn until the stopping rule is met (again once if
+    noisy; a first pass that :func:`cannot_settle` is measured again at once).
+
+    Each kernel's first call is taken without the gate: it loads the library's kernels, and
+    loading a module waits for the GPU to be idle, which a held gate would not let it be."""
+    for n in names:  # warm up
+        t_end = time.monotonic() + cfg.warmup_s
+        take(n, False)
+        while time.monotonic() < t_end:
+            take(n, True)
+    for again in (True, False):  # measured again once if too noisy
+        for n in names:
+            for series in (m.samples, m.walls, m.trips):
+                series[n].clear()
+        m.by_wall = 0
+        t_start = time.monotonic()
+        while not should_stop(m.samples, time.monotonic() - t_start, min_samples=cfg.min_samples,
+                              max_samples=cfg.max_samples, target_rse=cfg.target_rse, budget_s=cfg.budget_s):
+            if again and cannot_settle(m.samples, min_samples=cfg.min_samples, max_samples=cfg.max_samples, max_cv=cfg.max_cv):
+                break  # noisy whatever comes: measured again now, not after the rest of the budget
+            for n in names:
+                take(n, True)
+        m.noisy = [n for n in names if summarize(m.samples[n]).cv > cfg.max_cv]
+        if not m.noisy:
+            break

@@ -1,0 +1,451 @@
+"""Grading one submission for one lab: the flow. Each check family lives with its tool
+(``sass.static_checks``, ``correctness``, ``sanitizer.grade``, ``speed.measured``, ``counters.grade``)
+and sees the submission through one frozen :class:`Submission`.
+
+``grade()`` is the engine's per-submission entry point: it never raises for problems in the
+submission (they become check results) and is safe to call many times in one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from ..cachedirs import default_cache_dir
+from ..checks import launched, sanitizer, sanitizerbatch, speed
+from ..checks.correctness import grade_case
+from ..checks.counterbatch import ProfileBatch, counted
+from ..checks.counters import Profiles
+from ..checks.sanitizerbatch import SanitizerBatch
+from ..checks.sass import static_checks
+from ..checks.timing import Measurement, TimedRun
+from ..errors import internal_error_message
+from ..host import toolchain
+from ..host.gpu import GpuProbe, key_of
+from ..isolation.build import lab_build
+from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of
+from ..isolation.runner import Isolation, WorkerSession
+from ..isolation.submission import Submission
+from ..isolation.trusted import baselines_worker
+from ..labspec.labs import load_problem
+from ..labspec.spec import LabSpec
+from ..outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
+from .plan import course_only_results, fill_checks, gated_check, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
+
+#: Seconds spent waiting for the sanitizer and counter runs before timing (not a stage of its own).
+WAITING = "waiting_for_tools"
+
+
+class _Clock:
+    """Seconds per stage, keyed by :class:`Stage` value (and ``WAITING``)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - t0, 3)
+
+
+class LabGrading:
+    """One submission for one lab, graded in two halves.
+
+    ``start()`` compiles, inspects the compiled code, runs the correctness cases and starts the
+    sanitizer and counter runs in the background; ``finish()`` waits for them and times
+    (``timed()``), then scores (``report()``). Grading a repo starts every lab first, times each
+    only when no other GPU work is left (``wait()``), so profilers never run beside a timed call,
+    and scores a lab beside the next one's timing. Neither half raises for problems
+    in the submission: they become check results. From a student bundle only the lab's
+    ``runnable`` part is graded; the report lists the rest as graded on the course's runner.
+    """
+
+    def __init__(self, spec: LabSpec, source: Path, options: GradeOptions = GradeOptions(),
+                 progress: Progress = no_progress, display_name: str | None = None,
+                 batch: ProfileBatch | None = None, sanitizers: SanitizerBatch | None = None):
+        self.batch = batch  # the repository's shared counter session, if any
+        self.sanitizer_batch = sanitizers  # ... and its shared sanitizer runs
+        self._sent_to_batch = False
+        self.whole = spec  # the lab as the course grades it: what the report lists
+        self.spec, self.source, self.options, self.progress = runnable(spec), source, options, progress
+        self.name = display_name or source.name
+        self.clock = _Clock()
+        self.sandbox = sandbox_for(options)
+        self.deadline = time.monotonic() + options.submission_limit_s
+        self.checks: list[CheckResult] = []
+        self.env: dict[str, object] = {}
+        self.timings: dict[str, Mapping[str, Any]] = {}
+        self.kernels: tuple[KernelResources, ...] = ()
+        self.sub: Submission | None = None
+        self.profiles: Profiles | None = None  # the student's profiled cases: counters, and what ran
+        self.worker: WorkerSession | None = None
+        self.baselines: WorkerSession | None = None
+        self.trusted: WorkerSession | None = None
+        self.background: list[Future[list[CheckResult]]] = []
+        self._stage_start: dict[str, float] = {}
+        self._correctness_over = threading.Event()
+        self._opened = False
+        self._run: TimedRun | None = None  # the opened timing, until timed() samples it
+        self._measurement: Measurement | None = None  # the timing, until report() scores it
+        self.end_workers = True  # close() ends the workers (else the caller does: sessions())
+        self._counter_checks: list[CheckResult] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._work: Path | None = None
+        self._done = False
+
+    # ---------------------------------------------------------------- first half
+
+    def start(self) -> "LabGrading":
+        try:
+            return self._start()
+        finally:
+            if not self._sent_to_batch:
+                self._leave_batch()  # nothing of this lab's to profile in the shared session
+            self._leave_sanitizer_batch()  # ... nor to run under the sanitizers (sent at the start, if any)
+
+    def _leave_batch(self) -> None:
+        """Tell the shared profiler session this lab sends nothing (more): it need not wait for it."""
+        if self.batch is not None:
+            self.batch.send(self.spec.id, [])
+
+    def _leave_sanitizer_batch(self) -> None:
+        """... and the shared sanitizer runs (a lab's first send is the one that counts)."""
+        if self.sanitizer_batch is not None:
+            self.sanitizer_batch.send(self.spec.id, [])
+
+    def _start(self) -> "LabGrading":
+        spec, options = self.spec, self.options
+        if not self._profiled():
+            self._leave_batch()  # nothing of this lab's to profile: the shared session need not wait for its cases
+        probe = probe_for(options)
+        archs = archs_for(options, probe)
+        self._describe_environment(probe, archs)
+        self.progress(f"[{spec.id}] compiling {self.name} for {', '.join(archs)}")
+        with self.clock.stage(Stage.COMPILE.value):
+            build = lab_build(spec, self.source, archs, options.cache_dir, display_name=self.name, sandbox=self.sandbox)
+        self.env["build_cached"] = build.cached
+        if not build.ok or build.library is None:
+            message = build.message
+            if f'"{spec.launcher.name}"' in message or f"`{spec.launcher.name}`" in message:
+                message += f"; the launcher must be exactly: {launcher_prototype(spec)}"
+            self.checks.append(CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message, build.log,
+                                           duration_s=build.seconds, location=build.error_at))
+            self.checks += fill_checks(spec, self.checks, set(Stage), Outcome.FAIL, "not graded: the file did not compile")
+            self._done = True
+            return self
+        warn = "\n".join(line for line in build.log.splitlines() if "warning" in line.lower())
+        self.checks.append(CheckResult("compile", Stage.COMPILE, Outcome.PASS, 0, 0, build.message, warn, duration_s=build.seconds))
+        self.kernels = build.kernels
+        with self.clock.stage(Stage.STATIC.value):
+            self.checks += static_checks(spec, build.library, build.kernels)
+        if probe.gpu is None:
+            self.checks, self._done = without_gpu(spec, self.checks, probe.reason), True
+            return self
+
+        cache_dir = options.cache_dir or default_cache_dir()
+        if options.keep_work is not None:
+            options.keep_work.mkdir(parents=True, exist_ok=True)
+        self._work = Path(tempfile.mkdtemp(prefix="grade-", dir=options.keep_work))
+        isolation = Isolation(self.sandbox, read_only=(build.library, spec.files.problem),
+                              cupy_cache=kernel_cache(options))
+        sub = self.sub = Submission(spec, self.name, build.library, build.kernels, archs, load_problem(spec), isolation,
+                                    cache_dir, self._work, self.deadline, options.submission_limit_s, secret_of(options),
+                                    probe.gpu)
+        # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
+        # correctness cases (their counts do not depend on what else runs); timing waits for them.
+        # each sanitizer run (and the counter runs) in a thread of its own: they are separate processes
+        self._pool = ThreadPoolExecutor(max_workers=len(spec.sanitizers) + 1, thread_name_prefix=f"{spec.id}-tools")
+        if spec.sanitizers and not options.sanitizers:
+            self.background.append(_done([CheckResult(c.id, Stage.SANITIZER, Outcome.SKIPPED, 0, c.points,
+                                                      "compute-sanitizer turned off (--no-sanitizers)") for c in spec.sanitizers]))
+        elif spec.sanitizers:
+            self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
+            if self.sanitizer_batch is not None:
+                self.sanitizer_batch.send_made(spec.id, lambda: sanitizerbatch.requests_of(sub))
+            for check in spec.sanitizers:
+                self._background(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch),
+                                 (check.id,))
+        self.worker = WorkerSession(sub.student_dirs(), isolation)
+        # no student code reaches it: it owns the student's buffers and times the baselines
+        self.trusted = baselines_worker(key_of(probe.gpu), isolation.for_baselines())
+        if spec.benchmark and spec.benchmark.checks and options.timing:
+            self.baselines = self.trusted
+        try:
+            with self.clock.stage(Stage.CORRECTNESS.value):
+                self._correctness(sub, self.worker, self.trusted)
+        finally:
+            self._correctness_over.set()
+        self._keep_worker_for_timing()
+        return self
+
+    def _describe_environment(self, probe: GpuProbe, archs: tuple[str, ...]) -> None:
+        self.env.update(nvcc=toolchain.nvcc_version(), archs=",".join(archs), sandbox=self.sandbox.describe())
+        if probe.gpu:
+            self.env.update(gpu=probe.gpu.name, compute_capability="%d.%d" % probe.gpu.compute_capability,
+                            driver=probe.gpu.driver)
+            self.env.update({f"health.{k}": v for k, v in probe.health.items()})
+        else:
+            self.env["gpu"] = f"none: {probe.reason}"
+
+    def _correctness(self, sub: Submission, worker: WorkerSession, trusted: WorkerSession) -> None:
+        spec, hung, counting = self.spec, False, False
+        cases = spec.correctness.cases
+        for i, case in enumerate(cases):
+            cid = f"correctness[{case.label}]"
+            if hung:  # a kernel that hangs once hangs again: do not wait out every limit
+                self.checks.append(CheckResult(cid, Stage.CORRECTNESS, Outcome.ERROR, 0, case.points,
+                                               "not run: an earlier case did not finish"))
+                continue
+            if sub.time_left() <= 0:
+                self.checks.append(CheckResult(cid, Stage.CORRECTNESS, Outcome.ERROR, 0, case.points, sub.out_of_time()))
+                continue
+            self.progress(f"[{spec.id}] correctness {i + 1}/{len(cases)}: {case.label}")
+            result = grade_case(sub, worker, trusted, case, f"case{i}")
+            self.checks.append(result)
+            hung = result.measured.get("status") == "timeout"
+            if hung:  # it would hang under each sanitizer and the profiler too, whose verdicts are gated now
+                sub.moot.set()
+            if not counting and self._profiled() and result.outcome is Outcome.PASS:
+                # counters start with the first passing case: the profiler run of a repository's
+                # labs, started beside the sanitizers instead, took 12 s on an H100 (5 to 7 s now)
+                counting = self._sent_to_batch = True  # counted() sends this lab's cases
+                profiles = self.profiles = launched.profiles_for(spec)
+                what = ", ".join(c.what for c in profiles.checks)
+                self.progress(f"[{spec.id}] counters: {what} (Nsight Compute, in the background)")
+                self._background(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles))
+
+    def _profiled(self) -> bool:
+        """Whether the student's cases are profiled: for the counter checks, and for the record of
+        which kernels ran that the compiled-code checks are judged on."""
+        return self.options.counters and bool(self.spec.counters or launched.list_check(self.spec))
+
+    def _rejudge_static(self) -> None:
+        """Judge the compiled-code checks again on the kernels the profiler saw run; where it kept
+        no record, the verdicts on the whole file stand, and a skipped one says why."""
+        sub = self.sub
+        if sub is None or not self.spec.static:
+            return
+        seen = launched.record(self.profiles.runs) if self.profiles is not None else launched.Record(
+            unknown="hardware counters turned off (--no-counters)" if not self.options.counters else "no correctness case passed")
+        if seen.unknown:
+            self.checks = [dataclasses.replace(c, message=f"{c.message} (not recorded here: {seen.unknown})")
+                           if c.stage is Stage.STATIC and c.outcome is Outcome.SKIPPED else c for c in self.checks]
+            return
+        judged = {c.id: c for c in static_checks(self.spec, sub.library, sub.kernels, set(seen.names))}
+        self.checks = [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in self.checks]
+
+    def _background(self, stage: Stage, batch: Callable[[], list[CheckResult]], ids: tuple[str, ...] = ()) -> None:
+        """Run a batch of checks (of ``stage``; those named by ``ids``, or all) beside the correctness cases."""
+        assert self._pool is not None
+        self.background.append(self._pool.submit(self._guarded, stage, batch, ids))
+
+    def _guarded(self, stage: Stage, batch: Callable[[], list[CheckResult]], ids: tuple[str, ...]) -> list[CheckResult]:
+        """``batch()``; a grader bug in it becomes errors on its checks, with an id. The stage's
+        seconds run from its first batch's start to its last batch's end."""
+        started = self._stage_start.setdefault(stage.value, time.monotonic())
+        try:
+            return batch()
+        except Exception as exc:
+            message = internal_error_message(exc)
+            return [CheckResult(cid, st, Outcome.ERROR, 0, pts, message) for cid, st, pts in planned_checks(self.spec)
+                    if st is stage and (not ids or cid in ids)]
+        finally:
+            took = round(time.monotonic() - started, 3)
+            self.clock.seconds[stage.value] = max(took, self.clock.seconds.get(stage.value, 0.0))
+
+    def wait(self) -> list[CheckResult]:
+        """Block until the background runs are done; their results, in order."""
+        out: list[CheckResult] = []
+        if self.background:
+            with self.clock.stage(WAITING):
+                for future in self.background:
+                    out += future.result()
+        return out
+
+    def _keep_worker_for_timing(self) -> None:
+        """Keep the worker that ran the correctness cases for the timing, stopped until then
+        (SIGSTOP: none of its code runs beside another lab's timed calls), so that the timing
+        makes no CUDA context of its own; end it where there is nothing to time. The baselines'
+        worker starts now if it has not yet."""
+        if self.worker is None:
+            return
+        if self.baselines is not None and self._correct():
+            speed.hold(self.worker, True)
+            self.baselines.spawn()
+        else:
+            self.worker.kill()
+
+    def _correct_when_done(self) -> bool:
+        """``_correct()`` once the correctness cases have all run."""
+        self._correctness_over.wait()
+        return self._correct() and not self._done
+
+    def _correct(self) -> bool:
+        """Whether every correctness case passed (what the later stages are gated on)."""
+        return all(c.outcome is Outcome.PASS for c in self.checks if c.stage is Stage.CORRECTNESS)
+
+    # ---------------------------------------------------------------- second half
+
+    def finish(self) -> LabReport:
+        """The second half: :meth:`timed`, then :meth:`report`."""
+        return self.timed().report()
+
+    def open_timing(self) -> "LabGrading":
+        """Wait for the background runs, gate on correctness and open the timing (nothing is timed
+        yet): a repository opens every lab's at once, then times each in turn."""
+        try:
+            if not self._done and not self._opened:
+                self._opened = True
+                self._finish_on_gpu()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def timed(self) -> "LabGrading":
+        """:meth:`open_timing`, then time: all the second half does on the GPU."""
+        self.open_timing()
+        run, self._run = self._run, None
+        if run is not None and self._done:
+            run.release()
+        elif run is not None:
+            try:
+                with self.clock.stage(Stage.SPEED.value):
+                    timed = speed.measured(run)
+            except BaseException:
+                self.close()
+                raise
+            if isinstance(timed, list):
+                self.checks += timed
+            else:
+                self._measurement = timed  # scored by report()
+        return self
+
+    def sessions(self) -> list[WorkerSession]:
+        """The lab's own workers (not the baselines', which outlives it), for a caller that ends
+        them itself (``end_workers`` False)."""
+        return [self.worker] if self.worker is not None else []
+
+    def report(self) -> LabReport:
+        """Score what was timed and close: the CPU's part, which may run beside the next lab's timing."""
+        try:
+            if not self._done:
+                self._finish_on_cpu()
+        finally:
+            self.close()
+        checks = in_plan_order(self.whole, [*self.checks, *course_only_results(self.whole)])
+        return LabReport(self.spec.id, self.spec.title, self.name, tuple(checks), self.env, self.kernels,
+                         self.timings, self.clock.seconds)
+
+    def _finish_on_gpu(self) -> None:
+        spec = self.spec
+        tool_checks = self.wait()
+        self._rejudge_static()
+        passed = self._correct()
+        sanitizer_checks = [c for c in tool_checks if c.stage is Stage.SANITIZER]
+        self._counter_checks = [c for c in tool_checks if c.stage is Stage.COUNTERS]
+        if not passed:  # what an empty or broken kernel trivially passes earns nothing
+            gated = {c.id for c in spec.static if c.after_correctness} | {c.id for c in sanitizer_checks}
+            self.checks = [gated_check(c) if c.id in gated else c for c in self.checks]
+            sanitizer_checks = [gated_check(c) for c in sanitizer_checks]
+        self.checks = sanitizer.explain_nans(self.checks, sanitizer_checks, spec)
+        self.checks += sanitizer_checks
+        if spec.benchmark and spec.benchmark.checks:
+            self._speed(passed, sanitizer.stray_writes(sanitizer_checks))
+
+    def _finish_on_cpu(self) -> None:
+        spec, options = self.spec, self.options
+        if self._measurement is not None and self.sub is not None and self.worker is not None:
+            with self.clock.stage(Stage.SPEED.value):
+                checks, timings = speed.scored(self.sub, self.worker, self._measurement)
+            self.checks += checks
+            self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
+            self.clock.seconds.update({f"{Stage.SPEED.value}.{k}": v for k, v in timings.pop("_phases", {}).items()})
+            self.timings = timings
+        if spec.counters:
+            if not self._correct():
+                self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.FAIL, GATE)
+            elif not options.counters:
+                self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.SKIPPED, "hardware counters turned off (--no-counters)")
+            else:
+                self.checks += self._counter_checks
+        order = {cid: i for i, (cid, _, _) in enumerate(planned_checks(spec))}
+        self.checks.sort(key=lambda c: order.get(c.id, len(order)))
+
+    def _speed(self, passed: bool, unsafe: str) -> None:
+        spec, sub = self.spec, self.sub
+        assert spec.benchmark is not None
+        if not passed:
+            self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.FAIL, GATE)
+        elif unsafe:
+            self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.FAIL, unsafe)
+        elif not self.options.timing:
+            self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.SKIPPED, "timing turned off (--no-timing)")
+        elif sub is None or sub.time_left() <= 0:
+            message = sub.out_of_time() if sub else "not run"
+            self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.ERROR, message)
+        else:
+            assert self.worker is not None and self.baselines is not None
+            self.progress(f"[{spec.id}] timing against {', '.join(sorted({c.baseline for c in spec.benchmark.checks}))}")
+            with self.clock.stage(Stage.SPEED.value):
+                opened = speed.opened(sub, self.worker, self.baselines)
+            if isinstance(opened, list):
+                self.checks += opened
+            else:
+                self._run = opened  # sampled by timed()
+
+    def close(self) -> None:
+        """Stop the worker and background runs and remove scratch files (idempotent)."""
+        self._done = True
+        self._correctness_over.set()  # a counter run waiting on the cases goes on, and finds nothing to run alone
+        self._leave_batch()  # a counter run cancelled before it sent its cases must not hold the others
+        self._leave_sanitizer_batch()
+        if self._pool is not None:
+            for future in self.background:
+                future.cancel()
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        for session in self.sessions() if self.end_workers else ():
+            session.kill()
+        self.worker = self.baselines = self.trusted = None
+        if self._run is not None:
+            self._run.release()
+        self._run = None
+        if self._work is not None and self.options.keep_work is None:
+            shutil.rmtree(self._work, ignore_errors=True)
+        self._work = None
+        self._done = True
+
+
+def _done(results: list[CheckResult]) -> Future[list[CheckResult]]:
+    future: Future[list[CheckResult]] = Future()
+    future.set_result(results)
+    return future
+
+
+def grade(
+    spec: LabSpec,
+    source: Path,
+    options: GradeOptions = GradeOptions(),
+    progress: Progress = no_progress,
+    display_name: str | None = None,
+) -> LabReport:
+    """Grade one submission for one lab (the engine's per-submission entry point)."""
+    grading = LabGrading(spec, source, options, progress, display_name)
+    try:
+        grading.start()
+    except BaseException:
+        grading.close()
+        raise
+    return grading.finish()

@@ -1,0 +1,313 @@
+"""Grading a whole student repository (the ``student_template/`` layout): every lab, one report.
+
+Labs are started together (compile, static checks, correctness, with sanitizer and counter
+runs in the background), and timed one by one once no profiler or sanitizer is left running and
+every other lab's student worker is stopped, so the timed calls have the GPU to themselves. A
+lab that is missing or breaks the grader gets a report that says so; the others are graded as
+usual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from ..checks import launched
+from ..checks.counterbatch import EarlySession, ProfileBatch
+from ..checks.sanitizerbatch import SanitizerBatch
+from ..errors import GraderError, internal_error_message
+from ..host import toolchain
+from ..host.gpu import key_of
+from ..host.procgroup import TEARDOWNS
+from ..host.safeio import UnsafeFile, submission_file
+from ..isolation.build import lab_build
+from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, usable_cpus
+from ..isolation.runner import Isolation
+from ..isolation.sandbox import Sandbox
+from ..labspec.labs import find_lab, lab_ids
+from ..labspec.spec import LabSpec
+from ..outcome import CheckResult, LabReport, Outcome, Stage
+from .grade import LabGrading
+from .plan import course_only_results, fill_checks, in_plan_order, runnable
+
+#: The stage seconds of the wait for the GPU to be fit before a lab's timing (in a class run),
+#: shown from GATE_SHOWN_S on.
+HEALTH_GATE, GATE_SHOWN_S = "health_gate", 0.05
+#: Where each lab's file lives in a student repository.
+SUBMISSION_PATH = "labs/{lab}/student.cu"
+
+
+#: Called before a lab is timed; returns "" when the GPU is fit for timing, else why it is not
+#: (the timing then goes ahead and the report says it was taken on a disturbed GPU).
+TimingGate = Callable[[LabSpec], str]
+
+
+def submission_rel(lab_id: str) -> str:
+    return SUBMISSION_PATH.format(lab=lab_id)
+
+
+def submission_path(repo: Path, lab_id: str) -> Path:
+    return repo / submission_rel(lab_id)
+
+
+def _missing(spec: LabSpec, path: Path, display: str, why: str = "") -> LabReport:
+    what = why or ("is a directory, not a file" if path.is_dir() and not path.is_symlink() else "not found")
+    compile_check = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0,
+                                f"{display} {what}: the lab's file must be at {SUBMISSION_PATH.format(lab=spec.id)}")
+    checks = [compile_check, *fill_checks(runnable(spec), [compile_check], set(Stage), Outcome.FAIL, "not graded: no submission")]
+    return LabReport(spec.id, spec.title, display, tuple(in_plan_order(spec, [*checks, *course_only_results(spec)])))
+
+
+def _unsafe(path: Path, root: Path | None, display: str) -> str:
+    """Why ``path`` cannot be graded ("" if it can): it must be a regular file, reached through
+    no symbolic link (inside ``root`` when given), so that a link cannot hand in the reference."""
+    try:
+        if root is not None:
+            submission_file(root, display)
+        else:
+            submission_file(path.parent, path.name)
+    except UnsafeFile as exc:
+        return str(exc).removeprefix(f"{display}: ")
+    except (GraderError, OSError):
+        return "not found"
+    return ""
+
+
+def _crashed(spec: LabSpec, display: str, exc: BaseException) -> LabReport:
+    # a user-input problem (say, an unreadable file) is shown as it is, not logged as our bug
+    message = str(exc) if isinstance(exc, GraderError) else internal_error_message(exc)
+    return failed_report(spec, display, message)
+
+
+def failed_report(spec: LabSpec, display: str, message: str, rest: str = "not graded: the grader failed on this lab",
+                  rest_outcome: Outcome = Outcome.ERROR) -> LabReport:
+    """A lab that could not be graded at all: an error on its first check, the others not graded."""
+    first = CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message)
+    checks = [first, *fill_checks(runnable(spec), [first], set(Stage), rest_outcome, rest)]
+    return LabReport(spec.id, spec.title, display, tuple(in_plan_order(spec, [*checks, *course_only_results(spec)])))
+
+
+def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs: int | None = None) -> None:
+    """Compile many submissions and their labs' baselines in parallel, into the build cache.
+
+    Only an optimisation for batches: grading then finds every build cached. Failures are left
+    for grading to report.
+    """
+    archs = archs_for(options, probe_for(options))
+    sandbox = sandbox_for(options)
+    builds: dict[tuple[str, Path, str | None], tuple[LabSpec, Sandbox | None]] = {
+        (spec.id, path, display): (spec, sandbox) for spec, path, display in items if path.is_file()}
+    with_gpu = options.gpu and probe_for(options).gpu is not None  # baselines run on a GPU alone: no build without one
+    for spec, _, _ in items:
+        if with_gpu:
+            for name in spec.baseline_names:
+                builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
+    with ThreadPoolExecutor(max_workers=jobs or min(8, usable_cpus())) as pool:
+        futures = [pool.submit(lab_build, spec, path, archs, options.cache_dir, display, box)
+                   for (_, path, display), (spec, box) in builds.items()]
+        for future in futures:
+            try:
+                future.result()
+            except Exception:
+                pass
+
+
+def grade_many(
+    items: list[tuple[LabSpec, Path, str]],
+    options: GradeOptions = GradeOptions(),
+    progress: Progress = no_progress,
+    window: int = 5,
+    root: Path | None = None,
+    before_timing: TimingGate | None = None,
+) -> list[LabReport]:
+    """Grade (spec, source, display name) items, ``window`` at a time, reports in item order.
+
+    Within a window every item is started (all at once, in threads); once all background runs
+    are over every timing opens at once (nothing timed), then each is timed in turn and scored
+    beside the next one's timing: a profiler or sanitizer never runs beside a timed call, only
+    the grader's own checks on the CPU.
+    With ``root`` (a student's repository), display names are paths inside it, a submission
+    reached through a link is refused, and the labs share one profiler session for their counter
+    cases and one compute-sanitizer process per tool.
+    ``before_timing`` is asked before each lab that is timed.
+    """
+    reports: list[LabReport | None] = [None] * len(items)
+    refused = [_unsafe(path, root, display) for _, path, display in items]
+    if len(items) > 1:
+        progress(f"compiling {len(items)} submissions and their baselines")
+        prebuild([item for item, why in zip(items, refused) if not why], options)
+
+    def begin(i: int, shared: tuple[ProfileBatch, SanitizerBatch] | None) -> LabGrading | LabReport:
+        spec, path, display = items[i]
+        grading = None
+        try:
+            grading = LabGrading(spec, path, options, progress, display_name=display,
+                                 batch=shared[0] if shared else None, sanitizers=shared[1] if shared else None)
+            return grading.start()
+        except Exception as exc:  # one submission's failure must not take down the others
+            if grading is not None:
+                grading.close()
+            for batch in shared or ():
+                batch.send(spec.id, [])
+            return _crashed(spec, display, exc)
+
+    for first in range(0, len(items), window):
+        todo = []
+        for i in range(first, min(first + window, len(items))):
+            spec, path, display = items[i]
+            why = refused[i]
+            if why:
+                progress(f"[{spec.id}] {display} {why}: the lab scores 0")
+                reports[i] = _missing(spec, path, display, "" if why == "not found" else why)
+            else:
+                todo.append(i)
+        # the window's labs start together: their correctness cases, sanitizer and counter runs
+        # overlap one another (none of them is timed), and the timing below waits for all of them
+        # a student's labs share one profiler session and one sanitizer run per tool (never two students')
+        labs = [items[i][0].id for i in todo]
+        early = early_profiler([items[i][0] for i in todo], options) if root is not None else None
+        shared = (ProfileBatch(labs, early), SanitizerBatch(labs)) if root is not None else None
+        started: list[tuple[int, LabGrading]] = []
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
+                for i, begun in zip(todo, pool.map(begin, todo, [shared] * len(todo))):
+                    if isinstance(begun, LabReport):
+                        reports[i] = begun
+                    else:
+                        started.append((i, begun))
+            _time_in_turn(started, reports, options, before_timing)
+        finally:
+            if early is not None:
+                early.close(keep=options.keep_work is not None)
+    return [r for r in reports if r is not None]
+
+
+def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession | None:
+    """A student's profiler session, started before their labs' cases are known, where two labs
+    or more have counter checks (None where it would not run: no GPU, no profiler)."""
+    # the labs profiled: for their counter checks, or for the record of which kernels ran
+    profiled = [spec for spec in map(runnable, specs) if spec.counters or launched.list_check(spec)]
+    if len(profiled) < 2 or not options.counters or toolchain.find("ncu") is None:
+        return None
+    gpu = probe_for(options).gpu
+    if gpu is None:
+        return None
+    metrics = tuple(dict.fromkeys(m for spec in profiled for ms in launched.profiles_for(spec).metrics.values() for m in ms))
+    isolation = Isolation(sandbox_for(options), read_only=tuple(spec.files.problem for spec in profiled),
+                          cupy_cache=kernel_cache(options))
+    if options.keep_work is not None:
+        options.keep_work.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="grade-profiler-", dir=options.keep_work))
+    return EarlySession(root, metrics, isolation, gpu, options.submission_limit_s)
+
+
+def _open(grading: LabGrading) -> BaseException | None:
+    try:
+        grading.open_timing()
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _time_in_turn(started: list[tuple[int, LabGrading]], reports: list[LabReport | None], options: GradeOptions,
+                  before_timing: TimingGate | None) -> None:
+    """Open the started labs' timings together once their background runs are over (inputs
+    generated, libraries loaded: nothing timed), then time each alone, in turn; its timed output
+    is checked on the CPU beside the next lab's timing (the memory_types oracle alone takes
+    1.5-2.5 s). The labs' workers end together after the last, in the background: no exit
+    releases a CUDA context beside a timed call."""
+    sessions = [(key_of(g.sub.gpu), s) for _, g in started if g.sub is not None for s in g.sessions()]
+    for _, grading in started:
+        grading.end_workers = False
+    try:
+        _open_and_time(started, reports, options, before_timing)
+    finally:
+        for gpu in {gpu for gpu, _ in sessions}:
+            TEARDOWNS.start(gpu, *(s for g, s in sessions if g == gpu))
+
+
+def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabReport | None], options: GradeOptions,
+                   before_timing: TimingGate | None) -> None:
+    with ThreadPoolExecutor(max_workers=max(1, len(started)), thread_name_prefix="open") as pool:
+        failed = list(pool.map(_open, [grading for _, grading in started]))
+    for (i, grading), exc in zip(started, failed):
+        if exc is not None:
+            reports[i] = _crashed(grading.whole, grading.name, exc)
+    started = scoring_first([(i, grading) for (i, grading), exc in zip(started, failed) if exc is None])
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
+        scoring = []
+        for i, grading in started:
+            try:
+                note, asked = "", time.monotonic()
+                if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
+                    note = before_timing(grading.spec)
+                gate_s = time.monotonic() - asked
+                scoring.append((i, grading, note, gate_s, scorer.submit(grading.timed().report)))
+            except Exception as exc:
+                grading.close()
+                reports[i] = _crashed(grading.whole, grading.name, exc)
+        for i, grading, note, gate_s, future in scoring:
+            try:
+                report = reports[i] = after_gate(future.result(), note, gate_s)
+                if SPEED_CHECK in report.stage_seconds:  # (a lab not timed says nothing of its check)
+                    SCORING_S[report.lab] = report.stage_seconds[SPEED_CHECK]
+            except Exception as exc:
+                grading.close()
+                reports[i] = _crashed(grading.whole, grading.name, exc)
+
+
+#: Seconds each lab's timed output last took to check, on the CPU beside the next lab's timing.
+SCORING_S: dict[str, float] = {}
+SPEED_CHECK = f"{Stage.SPEED.value}.check"
+
+
+def scoring_first(started: list[tuple[int, LabGrading]]) -> list[tuple[int, LabGrading]]:
+    """The labs in the order they are timed: those whose timed output took longest to check
+    (for an earlier student of this process) first, so that check runs beside the others'
+    timings rather than after the last (memory_types' oracle takes 1.5-2.5 s); else as given."""
+    return sorted(started, key=lambda item: -SCORING_S.get(item[1].spec.id, 0.0))
+
+
+def after_gate(report: LabReport, note: str, waited_s: float) -> LabReport:
+    """``report`` with the wait at the timing gate in its stage seconds (``HEALTH_GATE``, where
+    it held the timing back), its speed checks marked where the GPU stayed disturbed (``note``)."""
+    if waited_s >= GATE_SHOWN_S:
+        report = dataclasses.replace(report, stage_seconds={**report.stage_seconds, HEALTH_GATE: round(waited_s, 3)})
+    return timed_on_disturbed_gpu(report, note) if note else report
+
+
+def timed_on_disturbed_gpu(report: LabReport, note: str) -> LabReport:
+    """``report`` whose speed checks say the GPU was disturbed while they were timed."""
+    checks = tuple(dataclasses.replace(c, message=f"{c.message} [timed on a disturbed GPU: {note}]")
+                   if c.stage is Stage.SPEED and c.outcome is not Outcome.SKIPPED else c for c in report.checks)
+    return dataclasses.replace(report, checks=checks, environment={**report.environment, "timing_noisy": note})
+
+
+def repo_labs(repo: Path, labs: list[str] | None = None) -> list[LabSpec]:
+    """The labs to grade in ``repo``, once it is known to be a student repository (else a GraderError)."""
+    if not repo.exists():
+        raise GraderError("student repository not found", path=repo)
+    if not repo.is_dir():
+        raise GraderError("expected the folder of a student repository, got a file", path=repo)
+    if not (repo / "labs").is_dir() and not (repo / "labs").is_symlink():
+        example = submission_rel((labs or lab_ids() or ["LAB"])[0])
+        raise GraderError(f"not a student repository: it has no labs/ folder (expected labs/<lab>/student.cu, "
+                          f"for example {example})", path=repo)
+    return [find_lab(lab_id) for lab_id in (labs or lab_ids())]
+
+
+def grade_repo(
+    repo: Path,
+    options: GradeOptions = GradeOptions(),
+    progress: Progress = no_progress,
+    labs: list[str] | None = None,
+    before_timing: TimingGate | None = None,
+) -> list[LabReport]:
+    """Grade ``labs/<lab>/student.cu`` of every lab (or those named) in ``repo``: one report each."""
+    specs = repo_labs(repo, labs)
+    items = [(spec, submission_path(repo, spec.id), submission_rel(spec.id)) for spec in specs]
+    return grade_many(items, options, progress, window=len(items) or 1, root=repo, before_timing=before_timing)

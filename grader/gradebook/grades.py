@@ -1,0 +1,114 @@
+"""The class-wide files of a results folder: ``grades.csv``, ``summary.md`` (with its pictures)
+and ``class.json``, all made from the students' published reports.
+
+``class.json`` says what the folder holds: the labs (id, title, points, version), every student of
+the roster in roster order, the shard it was (or null), the students graded in it, the grader and
+the options. ``merge`` checks shards against each other with it.
+
+``grades.csv`` (documented in the README; ``schemas/grades.schema.json`` describes a row):
+``student`` first, then one column per lab (points), ``total``, ``max_total``, ``status`` (``ok`` or
+``error``), ``problems`` (the first error of each lab that hit one), ``commit`` and ``not_run`` (the
+families of checks that did not run for the student: ``gpu``, or ``timing``, ``counters``,
+``sanitizers`` turned off; a row with any is not a final grade).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import GraderError
+from ..outcome import fmt_points
+from ..textutil import clean_line
+from . import records, summary
+from .records import StudentRecord, student_folder
+
+MANIFEST = "class.json"
+GRADES = "grades.csv"
+SUMMARY = "summary.md"
+MANIFEST_VERSION = 1
+#: The columns of grades.csv after the labs'.
+TAIL_COLUMNS = ("total", "max_total", "status", "problems", "commit", "not_run")
+#: The option of each family of GPU checks that can be turned off (class.json's options).
+FAMILIES = ("timing", "counters", "sanitizers")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    labs: tuple[Mapping[str, Any], ...]  # id, title, max_points, version
+    roster: tuple[str, ...]  # every student of the class, in roster order
+    students: tuple[str, ...]  # those graded in this folder
+    shard: str | None
+    grader: Mapping[str, str]  # version, source
+    options: Mapping[str, Any]
+
+    @property
+    def lab_ids(self) -> list[str]:
+        return [str(lab["id"]) for lab in self.labs]
+
+    @property
+    def max_total(self) -> float:
+        return round(sum(float(lab["max_points"]) for lab in self.labs), 2)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"schema_version": MANIFEST_VERSION, "labs": [dict(lab) for lab in self.labs], "roster": list(self.roster),
+                "shard": self.shard, "students": list(self.students), "grader": dict(self.grader),
+                "options": dict(self.options)}
+
+
+def read_manifest(folder: Path) -> Manifest:
+    path = folder / MANIFEST
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return Manifest(tuple(doc["labs"]), tuple(doc["roster"]), tuple(doc["students"]), doc["shard"],
+                        dict(doc["grader"]), dict(doc["options"]))
+    except FileNotFoundError:
+        raise GraderError(f"no {MANIFEST}: not the results of `cuda-grader grade-class`, or its run did not finish",
+                          path=folder) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise GraderError(f"unreadable ({type(exc).__name__}: {exc})", path=path) from None
+
+
+def _cell(text: str) -> str:
+    """A CSV cell a spreadsheet shows as text (no formula: = + - @ at the start are escaped)."""
+    text = clean_line(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def not_run(manifest: Manifest, record: StudentRecord) -> tuple[str, ...]:
+    """The families of checks that did not run for ``record``: ``gpu`` (then none of them ran), or
+    those the run's options turned off."""
+    if record.without_gpu or manifest.options.get("gpu") is False:
+        return ("gpu",)
+    return tuple(f for f in FAMILIES if manifest.options.get(f) is False)
+
+
+def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["student", *manifest.lab_ids, *TAIL_COLUMNS])
+    for r in rows:
+        scores = [fmt_points(s) if (s := r.score(lab)) is not None else "" for lab in manifest.lab_ids]
+        writer.writerow([r.student, *scores, fmt_points(r.total), fmt_points(manifest.max_total), r.status,
+                         _cell("; ".join(r.problems)), r.commit or "", " ".join(not_run(manifest, r))])
+    return buf.getvalue()
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write(out: Path, manifest: Manifest) -> list[StudentRecord]:
+    """class.json, grades.csv, summary.md and its pictures for the students of ``manifest``."""
+    rows = [records.load(student_folder(out, sid), sid) for sid in manifest.students]
+    _write(out / MANIFEST, json.dumps(manifest.as_dict(), indent=2) + "\n")
+    _write(out / GRADES, grades_csv(manifest, rows))
+    _write(out / SUMMARY, summary.write(out, manifest.labs, rows, {r.student: not_run(manifest, r) for r in rows}))
+    return rows

@@ -1,0 +1,3 @@
+"""The machine the grader runs on: its GPUs (probe, NVML list, health, locks), the CUDA toolchain,
+private folders, locks between graders, safe file access and process groups.
+"""

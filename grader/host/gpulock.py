@@ -1,0 +1,36 @@
+"""One GPU, one grading at a time, and one profiler at a time per GPU.
+
+Each GPU's locks are named after its UUID, in the grader's lock folder (``hostlock.lock_place``:
+the user's own, or the administrator's ``GRADER_LOCK_DIR``). A lane holds the GPU's
+``grader-gpu.lock`` while it grades a student, so a timing never overlaps another grading on that
+GPU (two class runs, two shards on one node). The profiling lock of the counter checks
+(``grader-ncu.lock``) is in the same place, so profilers on different GPUs run side by side.
+A wait is bounded (``GPU_WAIT_S``) and its error names the grader that held the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .hostlock import LockPlace, hold, lock_place
+
+__all__ = ["GPU_WAIT_S", "LOCK_NAME", "gpu_folder", "gpu_lock"]
+
+LOCK_NAME = "grader-gpu.lock"
+#: The longest a lane waits for another grader to finish with its GPU.
+GPU_WAIT_S = 3600.0
+
+
+def gpu_folder(key: str, base: Path | None = None) -> LockPlace:
+    """Where the locks of the GPU ``key`` live (``base``: a folder of this user's instead)."""
+    return lock_place(key, base)
+
+
+@contextlib.contextmanager
+def gpu_lock(place: LockPlace, poll_s: float = 0.2, wait_s: float = GPU_WAIT_S, what: str = "grading",
+             notify: Callable[[str], None] | None = None) -> Iterator[float]:
+    """Hold the GPU's lock (waiting at most ``wait_s``); yields the seconds waited."""
+    with hold(place, LOCK_NAME, "the GPU lock", what, wait_s, poll_s, notify) as waited:
+        yield waited

@@ -1,0 +1,229 @@
+"""Process groups: reading a child's output within bounds, killing the group and waiting until none
+of its members still runs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+from ..textutil import CappedOutput
+
+SETTLE_S = 2.0
+
+
+class Stop(Protocol):
+    """What stops a run early: a ``threading.Event`` or :class:`AnyOf`."""
+
+    def is_set(self) -> bool: ...
+
+
+class Killable(Protocol):
+    def kill(self) -> None: ...
+
+
+def kill_together(*those: Killable) -> None:
+    """``kill()`` each at once (a worker's exit releases a CUDA context, which takes a while)."""
+    threads = [threading.Thread(target=one.kill, name="kill-together") for one in those[1:]]
+    for thread in threads:
+        thread.start()
+    those[0].kill()
+    for thread in threads:
+        thread.join()
+
+
+class Teardowns:
+    """Workers being ended in the background, by GPU: a repository's timings open (nothing timed
+    yet) while the previous repository's workers exit and release their CUDA contexts, and a
+    timing waits for them before its first timed call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[threading.Thread]] = {}
+
+    def start(self, gpu: str, *those: Killable) -> None:
+        """End ``those`` together, in the background."""
+        thread = threading.Thread(target=kill_together, args=those, name="teardown")
+        with self._lock:
+            self._pending.setdefault(gpu, []).append(thread)
+        thread.start()
+
+    def wait(self, gpu: str) -> None:
+        """Block until every worker being ended on ``gpu`` is gone."""
+        with self._lock:
+            threads = list(self._pending.get(gpu, ()))
+        for thread in threads:
+            thread.join()
+        with self._lock:
+            self._pending[gpu] = [t for t in self._pending.get(gpu, ()) if t.is_alive()]
+
+
+#: The grader's workers being ended (one registry for the process: a GPU's timings take turns).
+TEARDOWNS = Teardowns()
+
+
+class AnyOf:
+    """Set once any of ``events`` is."""
+
+    def __init__(self, events: Iterable[Stop]) -> None:
+        self.events = tuple(events)
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+# The sandbox ends a process when the thread that started it ends (``bwrap --die-with-parent``
+# is the parent-death signal, which Linux sends when the creating *thread* exits). Grading starts
+# long-lived workers from short-lived threads (one per lab, one per timing), so they are all
+# started from this one thread, which lives as long as the grader.
+_STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="process-starter")
+
+
+def start_lasting(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(cmd, **popen)`` that outlives the calling thread (see ``_STARTER``)."""
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(cmd, **popen)
+
+    return _STARTER.submit(start).result()
+
+
+def _processes() -> dict[int, tuple[str, int, int]]:
+    """Every process: pid -> (state, parent pid, process group)."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+        if len(fields) > 2:
+            table[int(entry.name)] = (fields[0], int(fields[1]), int(fields[2]))
+    return table
+
+
+def _alive(state: str) -> bool:
+    return state not in "ZX"  # a zombie has closed its files and released its memory (and GPU)
+
+
+def live_members(pgid: int) -> list[int]:
+    """Process ids in group ``pgid`` that have not yet exited (zombies are not counted)."""
+    return [pid for pid, (state, _, group) in _processes().items() if group == pgid and _alive(state)]
+
+
+def _tree(pgid: int) -> set[int]:
+    """The live processes of group ``pgid`` and every live process below them."""
+    table = _processes()
+    tree = {pid for pid, (state, _, group) in table.items() if group == pgid and _alive(state)}
+    todo = list(tree)
+    while todo:
+        parent = todo.pop()
+        for pid, (state, ppid, _) in table.items():
+            if ppid == parent and pid not in tree and _alive(state):
+                tree.add(pid)
+                todo.append(pid)
+    return tree
+
+
+def hold_group(pgid: int, stopped: bool) -> None:
+    """Stop (SIGSTOP) or continue (SIGCONT) group ``pgid`` and everything below it: while
+    stopped, none of its code runs (a thread the program left running included)."""
+    for pid in _tree(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGSTOP if stopped else signal.SIGCONT)
+
+
+def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
+    """SIGKILL every process in group ``pgid`` and every process below them, then wait up to
+    ``settle_s`` for them all to be gone.
+
+    Processes below can sit in groups of their own (the sandbox starts its command in a new
+    session), and a killed process only stops once the kernel delivers the signal and its exit
+    releases what it held (its GPU context): a caller that goes on at once, to time a kernel say,
+    could still share the GPU with it. Returns False when one outlived ``settle_s``."""
+    doomed = _tree(pgid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + settle_s
+    while any(pid in doomed and _alive(state) for pid, (state, _, _) in _processes().items()):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def drain(fd: int, sink: CappedOutput) -> bool:
+    """Read what is there; False at end of file."""
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    if not chunk:
+        return False
+    sink.feed(chunk)
+    return True
+
+
+def pump(streams: dict[int, CappedOutput], proc: subprocess.Popen[bytes], deadline: float,
+         stop: Stop | None = None) -> int | None:
+    """Read every stream until all are closed and the process has ended; None past the deadline
+    or once ``stop`` is set."""
+    open_fds = set(streams)
+    for fd in open_fds:
+        os.set_blocking(fd, False)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or (stop is not None and stop.is_set()):
+            kill_group(proc.pid)
+            proc.wait()
+            return None
+        if open_fds:
+            ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.5))
+            for fd in ready:
+                if not drain(fd, streams[fd]):
+                    open_fds.discard(fd)
+            if ready or proc.poll() is None:
+                continue
+        try:
+            code = proc.wait(min(max(left, 0.0), 0.5))
+        except subprocess.TimeoutExpired:
+            continue
+        for fd in list(open_fds):  # a child may still hold a pipe: take what is there, then stop
+            while select.select([fd], [], [], 0)[0] and drain(fd, streams[fd]):
+                pass
+        return code
+
+
+def run_capped(cmd: list[str], console: CappedOutput, time_limit_s: float, *, cwd: Path, env: dict[str, str],
+               pass_fds: tuple[int, ...] = (), pipes: dict[int, CappedOutput] | None = None,
+               stop: Stop | None = None) -> int | None:
+    """Run ``cmd`` in a process group of its own with /dev/null as stdin, read its stdout and
+    stderr into ``console`` and each read end in ``pipes`` into its sink, and kill the group when
+    it ends, at the limit or once ``stop`` is set. Returns its exit status, None if it was killed.
+
+    ``pass_fds`` (the write ends of ``pipes``) are closed here once the process has them; the
+    read ends stay the caller's to close."""
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=pass_fds)
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
+    assert proc.stdout is not None
+    try:
+        return pump({proc.stdout.fileno(): console, **(pipes or {})}, proc, time.monotonic() + time_limit_s, stop)
+    finally:
+        kill_group(proc.pid)  # anything left behind in the group
+        proc.stdout.close()

@@ -1,0 +1,419 @@
+"""Building a submission into a shared object with nvcc: cached, time-limited, errors trimmed."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..cachedirs import default_cache_dir
+from ..errors import GraderError
+from ..host import toolchain
+from ..host.flock import wait_exclusive
+from ..host.hostdirs import check_private_dir, open_private, private_dir, read_private
+from ..host.procgroup import run_capped
+from ..host.safeio import SOURCE_LIMIT_BYTES, read_file
+from ..labspec.spec import LabSpec
+from ..outcome import KernelResources, SourceLocation
+from ..textutil import CappedOutput, cap_lines, clean
+from .sandbox import Sandbox, confined_env
+
+SUPPORT_SOURCE = Path(__file__).parent.parent / "cuda" / "support.cu"
+SUPPORT_NAME = "grader-support.cu"
+#: How the build cache's folder is named in messages, and the most of a build record read back.
+CACHE_WHAT = "the grader's cache folder"
+META_LIMIT_BYTES = 1 << 20
+CACHE_VERSION = "2"
+# Address space for nvcc and its children: a template bomb fails instead of swapping the machine.
+# (Only the compiler: CUDA programs reserve huge virtual ranges and break under RLIMIT_AS.)
+COMPILE_MEMORY_LIMIT_BYTES = 8 << 30
+# The largest file the compiler may write (a student's #include of a huge file, a runaway
+# template): far above any real shared object.
+COMPILE_FILE_LIMIT_BYTES = 512 << 20
+# What is kept of the compiler's output: its start (the first errors) and its end.
+COMPILE_OUTPUT_HEAD_BYTES = 256 << 10
+COMPILE_OUTPUT_TAIL_BYTES = 32 << 10
+#: The runtime's launch functions, wrapped so that the support file records which kernels ran.
+WRAPPED_LAUNCHES = ("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz",
+                    "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz", "cudaLaunchKernelExC",
+                    "cudaLaunchKernelExC_ptsz")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    ok: bool
+    library: Path | None
+    message: str  # one line for the student
+    log: str  # trimmed compiler output, paths shown as the student knows them
+    kernels: tuple[KernelResources, ...]
+    archs: tuple[str, ...]
+    cached: bool
+    seconds: float
+    timed_out: bool = False
+    error_at: SourceLocation | None = None  # the first error in the student's own file
+
+
+def gencode_flags(archs: tuple[str, ...]) -> list[str]:
+    flags = []
+    for arch in archs:
+        num = arch.removeprefix("sm_")
+        flags += ["-gencode", f"arch=compute_{num},code=sm_{num}"]
+    return flags
+
+
+def build(
+    source: Path,
+    header: Path,
+    archs: tuple[str, ...],
+    *,
+    flags: tuple[str, ...] = ("-O3",),
+    cache_dir: Path | None = None,
+    time_limit_s: float = 120.0,
+    display_name: str | None = None,
+    exports: tuple[str, ...] = (),
+    sandbox: Sandbox | None = None,
+) -> BuildResult:
+    """Compile ``source`` with ``header`` force-included into a shared object.
+
+    ``exports`` are symbols the object must define (the launcher): a file without them is a
+    link error that names the missing function, not a failure at run time.
+    """
+    started = time.monotonic()
+    nvcc = toolchain.find("nvcc")
+    if nvcc is None:
+        raise GraderError("nvcc not found: install the CUDA toolkit or set CUDA_HOME (or GRADER_NVCC)")
+    display = display_name or source.name
+    src_bytes, unusable = _read_source(source, display)
+    if unusable:  # the student's own file: said as a compile error is, never as the grader's failure
+        return BuildResult(ok=False, library=None, message=unusable, log="", kernels=(), archs=archs, cached=False,
+                           seconds=time.monotonic() - started)
+    header_bytes, support_bytes = header.read_bytes(), SUPPORT_SOURCE.read_bytes()
+    cmd_flags = [
+        *flags,
+        *gencode_flags(archs),
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "-Xptxas",
+        "-v",
+        "-Xptxas",
+        "-warn-spills",
+        "-Xptxas",
+        "-warn-lmem-usage",
+        "-lineinfo",
+        "-Xlinker",
+        "--no-undefined",
+        *(f for name in WRAPPED_LAUNCHES for f in ("-Xlinker", f"--wrap={name}")),
+        *(f for name in exports for f in ("-Xlinker", f"--require-defined={name}")),
+    ]
+    key = hashlib.sha256()
+    for part in (
+        CACHE_VERSION.encode(),
+        src_bytes,
+        header_bytes,
+        support_bytes,
+        json.dumps(cmd_flags).encode(),
+        toolchain.nvcc_version().encode(),
+        display.encode(),
+        b"sandboxed" if sandbox is not None and sandbox.active else b"open",
+    ):
+        key.update(hashlib.sha256(part).digest())
+    digest = key.hexdigest()[:32]
+    cache = private_dir(private_dir(cache_dir or default_cache_dir(), CACHE_WHAT) / "builds", "the build cache")
+    final = cache / digest
+    hit = _cached(final, display, source, started)
+    if hit is not None:
+        return hit
+    with _one_builder(cache, digest, time_limit_s):
+        hit = _cached(final, display, source, started)  # another grader built it while this one waited
+        if hit is not None:
+            return hit
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=cache))
+        try:
+            # Compile a copy named as the student knows it, so messages carry the right file name.
+            rel = _compiled_name(display, source)
+            local_src = work / rel
+            local_src.parent.mkdir(parents=True, exist_ok=True)
+            local_src.write_bytes(src_bytes)
+            (work / header.name).write_bytes(header_bytes)
+            (work / SUPPORT_NAME).write_bytes(support_bytes)
+            # "./": a file named like an option (-DX.cu) is still a file to nvcc
+            cmd = [str(nvcc), *cmd_flags, "-include", header.name, "-o", "lib.so", f"./{rel}", SUPPORT_NAME]
+            prlimit = shutil.which("prlimit")
+            if prlimit:
+                cmd = [prlimit, f"--as={COMPILE_MEMORY_LIMIT_BYTES}", f"--fsize={COMPILE_FILE_LIMIT_BYTES}", "--", *cmd]
+            if sandbox is not None:
+                # the toolkit by its real folder: for an nvcc wrapper in /usr/local/bin, not all of /usr/local
+                cmd = sandbox.wrap(cmd, read_only=(toolchain.toolkit_root(nvcc),), writable=(work,), cwd=work)
+            output, rc = _run_compiler(cmd, work, time_limit_s)
+            timed_out = rc is None
+            output = output.replace(str(work) + "/", "").replace(f"./{rel}", str(rel))
+            ok = rc == 0 and (work / "lib.so").exists()
+            kernels = parse_ptxas(output, archs[0] if archs else None) if ok else ()
+            if timed_out:
+                message = f"compilation of {display} took longer than {time_limit_s:g} s and was stopped"
+            elif ok:
+                message = f"compiled for {', '.join(archs)}"
+            else:
+                message = summarize_errors(output, display)
+            meta = {
+                "ok": ok,
+                "message": message,
+                "log": student_log(output),
+                "kernels": [k.__dict__ for k in kernels],
+                "archs": list(archs),
+                "timed_out": timed_out,
+            }
+            if timed_out:  # do not cache a timeout: the machine may just have been busy
+                shutil.rmtree(work, ignore_errors=True)
+                return _result_from_meta(work, meta, str(rel), cached=False, seconds=time.monotonic() - started)
+            (work / "build.json").write_text(json.dumps(meta, indent=1))
+            try:
+                os.rename(work, final)  # publish atomically
+            except OSError:  # someone else published the same build first
+                shutil.rmtree(work, ignore_errors=True)
+            return _result_from_meta(final, meta, str(rel), cached=False, seconds=time.monotonic() - started)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+
+
+def _cached(final: Path, display: str, source: Path, started: float) -> BuildResult | None:
+    """The build published at ``final``, if there is a readable one (a broken one is removed).
+
+    An entry this user did not make (another owner, a link, a folder others can write) is
+    refused, never loaded: the baselines' shared objects run in the grader's trusted worker."""
+    if not os.path.lexists(final):
+        return None
+    check_private_dir(final, "a build cache entry")
+    try:
+        text = read_private(final / "build.json", META_LIMIT_BYTES, "a build cache entry's record")
+        if text is None:
+            return None
+        meta = json.loads(text)
+        if meta["ok"]:
+            _check_library(final / "lib.so")
+        return _result_from_meta(final, meta, str(_compiled_name(display, source)), cached=True,
+                                 seconds=time.monotonic() - started)
+    except (OSError, ValueError, KeyError):
+        shutil.rmtree(final, ignore_errors=True)
+        return None
+
+
+def _check_library(lib: Path) -> None:
+    """Refuse a cached shared object that is not a regular file of this user's."""
+    fd = open_private(lib, "a cached shared object", remove=lib.parent)
+    if fd is not None:
+        os.close(fd)
+
+
+#: Where the locks live that let one grader build a given digest while others wait for it.
+LOCKS = ".locks"
+
+
+@contextlib.contextmanager
+def _one_builder(cache: Path, digest: str, time_limit_s: float) -> Iterator[None]:
+    """Hold the build lock of ``digest`` in ``cache``: a class's CPU pool and a lane (or two graders
+    sharing a cache) that need the same build compile it once; the other waits, then finds it
+    cached. A lock that cannot be had in time (or made at all) is gone without: both compile."""
+    try:
+        fd = os.open(private_dir(cache / LOCKS, "the build locks' folder") / digest,
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            wait_exclusive(fd, 0.05, time_limit_s + 10, "build lock")
+        except TimeoutError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _compiled_name(display: str, source: Path) -> Path:
+    """The path the copy is compiled under (and so the one nvcc's messages name): the display
+    name where it is a path inside the build folder, else the file's own name."""
+    rel = Path(display)
+    return Path(source.name) if rel.is_absolute() or ".." in rel.parts else rel
+
+
+def _run_compiler(cmd: list[str], work: Path, time_limit_s: float) -> tuple[str, int | None]:
+    """Run nvcc with no standard input and an allow-listed environment; its output capped.
+
+    Returns the output and the exit status, None if it was stopped at the time limit (with its
+    children: cudafe++, cicc, ptxas)."""
+    output = CappedOutput(COMPILE_OUTPUT_HEAD_BYTES, COMPILE_OUTPUT_TAIL_BYTES)
+    rc = run_capped(cmd, output, time_limit_s, cwd=work, env=confined_env({"TMPDIR": "/tmp"}))
+    return output.text(), rc
+
+
+def _read_source(source: Path, display: str) -> tuple[bytes, str]:
+    """The source's bytes, or why it cannot be compiled, named as ``display`` (the path as the
+    student knows it, never the grader's folders). Any bytes nvcc takes are taken: a Latin-1
+    comment compiles, as it does for the student."""
+    try:
+        if source.is_dir() and not source.is_symlink():
+            return b"", f"{display} is a directory, expected a .cu file"
+        data = read_file(source, SOURCE_LIMIT_BYTES, "a submitted source file")
+    except GraderError as exc:
+        return b"", f"{display}: {str(exc).removeprefix(f'{exc.path}: ')}"
+    if not data.strip():
+        return b"", f"{display} is empty: write the lab's launcher in it"
+    return data, ""
+
+
+def _result_from_meta(folder: Path, meta: dict[str, Any], compiled_as: str, *, cached: bool, seconds: float) -> BuildResult:
+    lib = folder / "lib.so"
+    return BuildResult(
+        ok=bool(meta["ok"]),
+        library=lib if meta["ok"] and lib.exists() else None,
+        message=meta["message"],
+        log=meta["log"],
+        kernels=tuple(KernelResources(**k) for k in meta["kernels"]),
+        archs=tuple(meta["archs"]),
+        cached=cached,
+        seconds=seconds,
+        timed_out=bool(meta.get("timed_out")),
+        error_at=None if meta["ok"] else error_location(meta["log"], compiled_as),
+    )
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PROPS = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+_CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
+
+
+def parse_ptxas(output: str, arch: str | None) -> tuple[KernelResources, ...]:
+    """Per-kernel resources from ``-Xptxas -v`` output, for one arch (the graded one)."""
+    found: dict[str, dict[str, Any]] = {}
+    current: str | None = None
+    entry: str | None = None  # the entry function being compiled for the graded arch
+    for line in output.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            current = m.group(1) if (arch is None or m.group(2) == arch) else None
+            entry = current
+            if current is not None:
+                found.setdefault(current, {"name": current})
+            continue
+        m = _PROPS.search(line)
+        if m:
+            # a device function's block is not the kernel's; the kernel's own block may follow it
+            current = m.group(1) if m.group(1) == entry else None
+            continue
+        if current is None:
+            continue
+        m = _FRAME.search(line)
+        if m:
+            found[current].update(stack_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)), spill_load_bytes=int(m.group(3)))
+            continue
+        m = _USED.search(line)
+        if m:
+            found[current].update(registers=int(m.group(1)), barriers=int(m.group(2) or 0), smem_bytes=int(m.group(3) or 0))
+            for cm in _CMEM.finditer(line):
+                if cm.group(2) == "3":
+                    found[current]["cmem_bytes"] = int(cm.group(1))
+    return tuple(KernelResources(**{**v, "name": demangle(v["name"])}) for v in found.values())
+
+
+@functools.lru_cache(maxsize=None)
+def demangle(name: str) -> str:
+    """C++ kernel names as written in the source (``tiled(const float*, ...)``)."""
+    if not name.startswith("_Z"):
+        return name
+    cxxfilt = shutil.which("c++filt")
+    if cxxfilt is None:
+        return name
+    try:
+        out = subprocess.run([cxxfilt, name], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return name
+    return out or name
+
+
+_DIAG = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)\b(?P<rest>.*)$")
+
+
+def student_log(output: str, max_lines: int = 60) -> str:
+    """Compiler output with nvcc's ``file(12): error`` turned into ``file:12: error``, capped."""
+    lines = []
+    for line in clean(output).splitlines():
+        m = _DIAG.match(line)
+        if m:
+            line = f"{m['file']}:{m['line']}: {m['kind']}{m['rest']}"
+        lines.append(line)
+    return cap_lines("\n".join(lines), max_lines)
+
+
+_ERROR_AT = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?:\d+:)? (?:catastrophic error|fatal error|error)\b")
+
+
+def error_location(log: str, student_file: str) -> SourceLocation | None:
+    """The first error that :func:`student_log` shows in ``student_file`` (nvcc's front end
+    writes ``file(12): error``, the host compiler ``file:12:5: error``); None when every error is
+    elsewhere (the lab's header, the linker)."""
+    for line in log.splitlines():
+        m = _ERROR_AT.match(line.strip())
+        if m and m["file"] == student_file:
+            return SourceLocation(student_file, int(m["line"]))
+    return None
+
+
+def summarize_errors(output: str, display: str) -> str:
+    """One line naming the first error and where it is."""
+    log = student_log(output, max_lines=10_000)
+    errors = [line for line in log.splitlines() if re.search(r":\d+:(\d+:)? (catastrophic error|fatal error|error)", line)]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"compile error: {errors[0].strip()}{more}"
+    undefined = re.search(r"undefined reference to `([^']+)'", log) or re.search(
+        r"required symbol `([^']+)' not defined", log
+    )
+    if undefined:
+        return (
+            f"link error: {display} does not define `{undefined.group(1)}` "
+            "(define the launcher with exactly the prototype in the lab's interface header)"
+        )
+    twice = re.search(r"multiple definition of `([^']+)'", log)
+    if twice:
+        return (
+            f"link error: {display} defines `{twice.group(1)}`, which the CUDA runtime already defines "
+            "(give your function another name)"
+        )
+    tail = [line for line in log.splitlines() if line.strip()]
+    return "compile failed: " + (tail[-1].strip() if tail else "nvcc exited with an error and printed nothing")
+
+
+def lab_build(spec: LabSpec, source: Path, archs: tuple[str, ...], cache_dir: Path | None = None,
+              display_name: str | None = None, sandbox: Sandbox | None = None) -> BuildResult:
+    """Any build for a lab: its header, flags and time limit, and its launcher required.
+
+    Students' files compile in the ``sandbox``; the course's own baselines do not need it.
+    """
+    return build(
+        source, spec.files.header, archs, flags=spec.compile.flags, cache_dir=cache_dir,
+        time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,), display_name=display_name,
+        sandbox=sandbox,
+    )
+
+
+def baseline_library(spec: LabSpec, name: str, archs: tuple[str, ...], cache_dir: Path | None = None) -> Path:
+    """The shared object of one of the lab's baselines (``reference``, ``naive``, ...)."""
+    result = lab_build(spec, spec.baseline_source(name), archs, cache_dir)
+    if not result.ok or result.library is None:
+        raise RuntimeError(f"baseline {name!r} of lab {spec.id} does not compile: {result.message}")
+    return result.library

@@ -1,0 +1,97 @@
+"""How a grading run is configured: options, the secret behind graded inputs, sandbox, GPU, archs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..cachedirs import default_cache_dir
+from ..host import gpu
+from ..host.hostdirs import private_dir
+from . import sandbox as sandboxing
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (a SLURM allocation, ``taskset``, a
+    container's cpuset), not every core of the host."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def default_archs() -> tuple[str, ...]:
+    """Archs to build for when there is no GPU to ask: ``GRADER_ARCHS`` (comma-separated) or sm_90."""
+    return tuple(a.strip() for a in os.environ.get("GRADER_ARCHS", "sm_90").split(",") if a.strip())
+
+#: Where progress messages go (one line each).
+Progress = Callable[[str], None]
+
+
+def no_progress(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    archs: tuple[str, ...] | None = None  # default: the GPU's, else default_archs()
+    cache_dir: Path | None = None
+    timing: bool = True
+    counters: bool = True
+    sanitizers: bool = True
+    gpu: bool = True  # False: run only the checks that need no GPU
+    keep_work: Path | None = None  # keep worker files under this folder
+    sandbox: bool = True  # run compile and run steps in bubblewrap where it is installed
+    submission_limit_s: float = 600.0  # all of one lab's grading of a submission, compile to timing
+    secret: str | None = None  # seeds the graded inputs; default: $GRADER_SECRET, else new per run
+
+
+#: Graded inputs come from this secret unless one is given: never written where the worker can read.
+_RUN_SECRET = os.urandom(16).hex()
+
+
+def run_secret() -> str:
+    """This run's own secret (what ``secret_of`` falls back on): handed to the processes a run starts."""
+    return _RUN_SECRET
+
+
+def use_run_secret(secret: str) -> None:
+    """In a process the grader started (a class's lane): draw graded inputs from the parent's secret."""
+    global _RUN_SECRET
+    _RUN_SECRET = secret
+
+
+def secret_of(options: GradeOptions) -> str:
+    """The secret behind graded inputs: the option, else $GRADER_SECRET, else new for this run."""
+    return options.secret or os.environ.get("GRADER_SECRET") or _RUN_SECRET
+
+
+def secret_seed(secret: str, lab: str, what: str, seed: int) -> int:
+    """The seed actually used for a graded input: the YAML seed mixed with the run's secret.
+
+    Students know the YAML seeds; they cannot know the secret, so outputs cannot be precomputed.
+    """
+    digest = hashlib.sha256(f"{secret}|{lab}|{what}|{seed}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def kernel_cache(options: GradeOptions) -> Path:
+    """The trusted CuPy kernel cache: trusted workers compile into it, sandboxed ones start from a copy.
+    It and the cache folder must be this user's alone (CuPy loads the kernels it finds there)."""
+    root = private_dir(options.cache_dir or default_cache_dir(), "the grader's cache folder")
+    return private_dir(root / "cupy-kernels", "the CuPy kernel cache")
+
+
+def sandbox_for(options: GradeOptions) -> sandboxing.Sandbox:
+    return sandboxing.detect() if options.sandbox else sandboxing.Sandbox(None, reason="turned off (--no-sandbox)")
+
+
+def probe_for(options: GradeOptions) -> gpu.GpuProbe:
+    return gpu.probe() if options.gpu else gpu.GpuProbe(None, "GPU checks turned off (--no-gpu)")
+
+
+def archs_for(options: GradeOptions, probe: gpu.GpuProbe) -> tuple[str, ...]:
+    return options.archs or ((probe.gpu.arch,) if probe.gpu else default_archs())

@@ -1,0 +1,202 @@
+"""What the grader believes of a worker's reply: every field checked for type, size and name.
+
+Once the student's shared object is loaded, the worker process is the student's: a constructor
+can run Python inside it and rewrite any reply. So a reply is hostile input. ``problem`` says
+what is wrong with one ("" when it has the shape its task asks for); the runner turns a wrong
+reply of a worker that loaded student code into the ``interfered`` status, a verdict against the
+submission, never an internal error of the grader's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Mapping
+
+from ..worker.protocol import Kind, Status, Task
+
+#: The most a reply line may hold; a longer one is cut off and judged malformed.
+REPLY_LIMIT_BYTES = 1 << 20
+#: A file a worker names in its outbox: a plain name, no folder.
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\.npy")
+MAX_KERNELS = 256
+MAX_TEXT = 64 << 10
+MAX_NAME = 512
+#: Statuses a worker may report itself (the others the grader gives).
+WORKER_STATUSES = frozenset({Status.OK.value, Status.CUDA_ERROR.value, Status.OUT_OF_MEMORY.value, Status.WORKER_ERROR.value})
+
+Check = Callable[[Any], str]
+
+
+def _number(low: float = -math.inf) -> Check:
+    """A finite number of at least ``low``. The worker's own clock readings may be anything finite:
+    a library that forges the clock makes them so, and the grader bounds them with its own."""
+    def check(value: Any) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
+            return f"not a finite number{f' >= {low:g}' if low > -math.inf else ''}: {_short(value)}"
+        return ""
+    return check
+
+
+def _integer(value: Any) -> str:
+    return "" if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else f"not a count: {_short(value)}"
+
+
+def _text(limit: int) -> Check:
+    def check(value: Any) -> str:
+        return "" if isinstance(value, str) and len(value) <= limit else f"not a text of at most {limit} characters"
+    return check
+
+
+def _file(value: Any) -> str:
+    return "" if isinstance(value, str) and FILE_NAME.fullmatch(value) else f"not a plain .npy file name: {_short(value)}"
+
+
+def _names(allowed: frozenset[str] | None) -> Check:
+    def check(value: Any) -> str:
+        if not isinstance(value, list) or len(value) > MAX_KERNELS or not all(isinstance(v, str) and len(v) <= MAX_NAME for v in value):
+            return "not a list of names"
+        stray = [v for v in value if allowed is not None and v not in allowed]
+        return f"names no such buffer: {_short(stray[0])}" if stray else ""
+    return check
+
+
+def _mapping(keys: frozenset[str] | None, each: Check, exact: bool = False) -> Check:
+    def check(value: Any) -> str:
+        if not isinstance(value, dict) or len(value) > MAX_KERNELS:
+            return "not a mapping"
+        if keys is not None:
+            stray = [k for k in value if k not in keys]
+            if stray:
+                return f"names no such buffer: {_short(stray[0])}"
+            if exact and set(value) != keys:
+                return f"lacks {', '.join(sorted(keys - set(value)))}"
+        for k, v in value.items():
+            why = each(v)
+            if why:
+                return f"{k}: {why}"
+        return ""
+    return check
+
+
+def _pair(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 2 and not any(_integer(v) for v in value):
+        return ""
+    return f"not two counts: {_short(value)}"
+
+
+def _optional_names(value: Any) -> str:
+    return "" if value is None else _names(None)(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _roles(task: Task) -> tuple[frozenset[str], frozenset[str]]:
+    """The input and output names of a task's launcher."""
+    args = task.get("launcher", {}).get("args", [])
+    return (frozenset(a["name"] for a in args if a.get("role") == "input"),
+            frozenset(a["name"] for a in args if a.get("role") == "output"))
+
+
+def _fields(task: Task) -> dict[str, tuple[Check, bool]]:
+    """The fields an ok reply to ``task`` holds: name -> (check, required)."""
+    kind = task.get("kind")
+    inputs, outputs = _roles(task)
+    if kind == Kind.CASE.value:
+        return {"seconds": (_number(), True), "kernels_launched": (_optional_names, True)}
+    if kind == Kind.TIMING_OPEN.value:
+        if task.get("export"):
+            return _shared_fields(task)
+        return {"device": (_device, True)}
+    if kind == Kind.TIMING_SAMPLE.value:
+        return {"ms": (_number(), True), "wall_ms": (_number(), True), "gate": (_text(MAX_NAME), True)}
+    if kind == Kind.TIMING_CLOSE.value and task.get("out_dir"):
+        return {"check_outputs": (_mapping(None, _file), True), "check_inputs": (_mapping(None, _file), True),
+                "inputs_modified": (_names(None), True)}
+    if kind == Kind.SHARE.value:
+        return _shared_fields(task)
+    if kind == Kind.READ.value:
+        files = frozenset(f"{n}.npy" for n in outputs)
+        return {"outputs": (_mapping(outputs, lambda v: "" if v in files else f"not its own file: {_short(v)}", exact=True), True),
+                "guard_violations": (_mapping(outputs, _pair), True), "inputs_modified": (_names(inputs), True)}
+    if kind == Kind.MARKED.value:
+        return {"results": (_results(task), True)}
+    return {}
+
+
+def _shared_fields(task: Task) -> dict[str, tuple[Check, bool]]:
+    """A trusted worker's shared buffers: an id, and one buffer per array of the launcher."""
+    arrays = [a["name"] for a in task.get("launcher", {}).get("args", []) if a.get("role") != "scalar"]
+
+    def buffers(value: Any) -> str:
+        if not isinstance(value, list) or [b.get("name") if isinstance(b, dict) else None for b in value] != arrays:
+            return f"not one buffer for each of {', '.join(arrays)}"
+        bad = [b for b in value if _integer(b.get("size")) or not isinstance(b.get("host"), bool)]
+        return f"a buffer of no size: {_short(bad[0])}" if bad else ""
+    return {"share": (_text(64), True), "buffers": (buffers, True)}
+
+
+def _device(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "not a mapping"
+    for key, check in (("name", _text(MAX_NAME)), ("compute_capability", _text(16)), ("sms", _integer), ("l2_bytes", _integer)):
+        why = check(value.get(key))
+        if why:
+            return f"{key}: {why}"
+    for key in ("peak_fp32_gflops", "peak_dram_gbps", "copy_gbps"):
+        why = _number(0.0)(value[key]) if key in value else ""
+        if why:
+            return f"{key}: {why}"
+    return ""
+
+
+def _results(task: Task) -> Check:
+    subtasks = task.get("tasks", [])
+
+    def check(value: Any) -> str:
+        if not isinstance(value, list) or len(value) > len(subtasks):
+            return f"not a list of at most {len(subtasks)} replies"
+        for i, (reply, sub) in enumerate(zip(value, subtasks)):
+            why = problem(sub, reply)
+            if why:
+                return f"reply {i + 1}: {why}"
+        return ""
+    return check
+
+
+def problem(task: Task, reply: Mapping[str, Any]) -> str:
+    """What is wrong with ``reply`` to ``task`` ("" if nothing): unknown status, a field of the
+    wrong type or size, a name the task does not have."""
+    status = reply.get("status")
+    if status not in WORKER_STATUSES:
+        return f"unknown status {_short(status)}"
+    if status != Status.OK.value:
+        if _text(MAX_TEXT)(reply.get("error", "")):
+            return "an error that is not a text of at most 64 KiB"
+        if not isinstance(reply.get("sticky", False), bool):
+            return "sticky is not true or false"
+        return ""
+    for name, (check, required) in _fields(task).items():
+        if name not in reply:
+            if required:
+                return f"no {name}"
+            continue
+        why = check(reply[name])
+        if why:
+            return f"{name} {why}"
+    return ""
+
+
+def result_problem(reply: Mapping[str, Any]) -> str:
+    """What is wrong with a one-shot worker's result (a case, or marked cases, run under a tool
+    with no outputs saved), checked without its task."""
+    if "results" not in reply:
+        return problem(Task(kind=Kind.CASE.value, memcpy_only=True), reply)
+    results = reply.get("results")
+    if not isinstance(results, list) or len(results) > MAX_KERNELS:
+        return "results is not a list of replies"
+    cases = [Task(kind=Kind.CASE.value, memcpy_only=True) for _ in results]
+    return problem(Task(kind=Kind.MARKED.value, tasks=cases), reply)

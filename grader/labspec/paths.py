@@ -1,0 +1,165 @@
+"""Where the grader's own files live: the labs it grades with, the build cache.
+
+Labs are found, in this order: ``--labs DIR`` (``use_labs``), ``$GRADER_LABS_DIR``, the course
+repository the grader runs from (a source checkout: ``pyproject.toml`` beside ``labs/``), and the
+student bundle of a repository, ``<repo>/.cuda-grader/labs``: the repository being graded
+(``look_in_repo``), else the current folder or the nearest parent that has one. A course
+checkout comes before a repository's bundle, so a TA's grader never grades with a lab file a
+student could edit.
+
+The first three are the course's labs. A repository's own bundle is a student's mode: its lab
+files are the student's (their ``problem.py`` runs in the grader), so a grading with it is
+feedback, said on every score line and in every report's identity (``origin``), and a class run
+refuses it (``course_labs``). A process the grader starts to grade (a class's lane) does not look
+again: it is handed the location its parent found (``pin``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..errors import GraderError
+
+#: The folder that holds the ``grader`` package: what a trusted grader process imports from.
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
+#: The project checkout, when the grader runs from one (labs/, reference/, student_template/).
+PROJECT_ROOT = PACKAGE_PARENT
+#: A student repository's bundle of labs (written by `cuda-grader release`), relative to its root.
+BUNDLE_DIR = ".cuda-grader"
+BUNDLE_LABS = f"{BUNDLE_DIR}/labs"
+
+#: Where the labs of a grading came from, as reports record it (``identity.labs_origin``).
+Origin = Literal["--labs", "GRADER_LABS_DIR", "course checkout", "repository bundle", "lab path given"]
+OPTION: Origin = "--labs"
+ENV: Origin = "GRADER_LABS_DIR"
+CHECKOUT: Origin = "course checkout"
+REPOSITORY_BUNDLE: Origin = "repository bundle"
+LAB_PATH: Origin = "lab path given"  # a lab.yaml or lab folder named on the command line
+#: How each origin is named in messages.
+_HOW: dict[Origin, str] = {OPTION: "--labs", ENV: "GRADER_LABS_DIR", CHECKOUT: "the course repository",
+                           REPOSITORY_BUNDLE: "the repository's student bundle", LAB_PATH: "a lab named by its path"}
+#: Where the course's own labs come from: any grading meant to count takes its labs from one of these.
+COURSE_ORIGINS: tuple[Origin, ...] = (OPTION, ENV, CHECKOUT)
+
+_chosen: Path | None = None  # --labs
+_repo: Path | None = None  # the repository being graded: its bundle is looked for first
+_pinned: LabsLocation | None = None  # handed down by the process that started this one
+
+
+@dataclass(frozen=True)
+class LabsLocation:
+    path: Path | None  # None: no labs anywhere
+    looked: tuple[str, ...]  # every place tried, for the "no labs found" error
+    origin: Origin | None = None  # None: no labs found
+
+    @property
+    def how(self) -> str:
+        """How the labs were found, for messages."""
+        return _HOW[self.origin] if self.origin is not None else ""
+
+    @property
+    def from_repository(self) -> bool:
+        """The labs are a repository's own bundle: the student's files, not the course's."""
+        return self.origin == REPOSITORY_BUNDLE
+
+
+def use_labs(path: Path | None) -> None:
+    """``--labs DIR``: grade with the labs in DIR and nowhere else."""
+    global _chosen
+    _chosen = path
+
+
+def pin(location: LabsLocation | None) -> None:
+    """In a process the grader started (a class's lane): find the labs exactly where the parent
+    found them, whatever this process's options, environment or current folder (None: look again)."""
+    global _pinned
+    _pinned = location
+
+
+def look_in_repo(repo: Path | None) -> None:
+    """Look for a bundle in this folder (the repository graded) and its parents before the current folder's."""
+    global _repo
+    _repo = repo
+
+
+def has_labs(folder: Path) -> bool:
+    try:
+        return folder.is_dir() and any((p / "lab.yaml").is_file() for p in folder.iterdir())
+    except OSError:
+        return False
+
+
+def locate_labs() -> LabsLocation:
+    """Where the labs are, and every place that was looked at."""
+    if _pinned is not None:
+        return _pinned
+    if _chosen is not None:
+        return LabsLocation(_chosen, (f"{_chosen} (--labs)",), OPTION)
+    env = os.environ.get("GRADER_LABS_DIR")
+    if env:
+        return LabsLocation(Path(env), (f"{env} ($GRADER_LABS_DIR)",), ENV)
+    looked = ["--labs (not given)", "$GRADER_LABS_DIR (not set)"]
+    checkout = PROJECT_ROOT / "labs"
+    if (PROJECT_ROOT / "pyproject.toml").is_file() and has_labs(checkout):
+        return LabsLocation(checkout, (*looked, str(checkout)), CHECKOUT)
+    looked.append(f"{checkout} (the grader is not run from a course repository)")
+    starts = [] if _repo is None else [_repo, *_repo.resolve().parents]
+    cwd = Path.cwd()
+    starts += [cwd, *cwd.parents]
+    for start in starts:
+        bundle = start / BUNDLE_LABS
+        if has_labs(bundle):
+            return LabsLocation(bundle, (*looked, str(bundle)), REPOSITORY_BUNDLE)
+    where = [f"{_repo / BUNDLE_LABS} and in its parent folders"] if _repo is not None else []
+    where.append(f"{cwd / BUNDLE_LABS} and in its parent folders")
+    return LabsLocation(None, (*looked, *where))
+
+
+def labs_dir() -> Path:
+    """The folder of the labs; a clear input error (naming every place looked at) when there is none."""
+    return _found()[0]
+
+
+def _found() -> tuple[Path, LabsLocation]:
+    """The labs folder and how it was found; an input error where there is none, or no folder there."""
+    found = locate_labs()
+    if found.path is None:
+        raise GraderError(no_labs_message(found))
+    if not found.path.is_dir():
+        raise GraderError(f"not a folder of labs ({found.how})", path=found.path)
+    return found.path, found
+
+
+def course_labs(what: str) -> LabsLocation:
+    """The course's labs, for ``what`` (a grading meant to count): an input error when the only
+    labs found are a repository's own bundle, or none."""
+    folder, found = _found()
+    if found.origin not in COURSE_ORIGINS:
+        raise GraderError(f"{what} grades with the course's labs, never a repository's own: the labs found are "
+                          f"{shown(folder)} ({found.how}, files a student can edit); pass --labs DIR, the "
+                          "course's labs folder (or a course bundle's labs/, from `cuda-grader release --course`)")
+    return found
+
+
+def no_labs_message(found: LabsLocation) -> str:
+    return ("no labs found; looked in: " + "; ".join(found.looked) + ". Grade inside a repository made by "
+            f"`cuda-grader release` (its labs are in {BUNDLE_LABS}), or give --labs DIR")
+
+
+def labs_dir_if_any() -> Path | None:
+    """The labs folder if there is one (for keeping it out of sandboxes); never raises."""
+    try:
+        return locate_labs().path
+    except OSError:
+        return None
+
+
+def shown(path: Path, root: Path | None = None) -> str:
+    """``path`` as the user knows it: relative to ``root`` (default: the current folder) when inside it."""
+    try:
+        return str(path.resolve().relative_to((root or Path.cwd()).resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,407 @@
+"""Loading lab.yaml and expected.yaml into the records of ``spec``, and validating them.
+
+Every error names the file, the key path and the offending value; unknown keys get a
+"did you mean" suggestion. Every file a lab names stays inside the lab's folder (``lab_bound``):
+no absolute path, no ``..``, no symbolic link on the way, a regular file at the end, so a lab.yaml
+from a student's repository cannot make the grader read ``/etc/shadow`` into a report. The keys a
+record accepts are its fields (``yaml_fields``), read in declaration order; ``records`` walks the
+same types the loader does, for the lab.yaml reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import re
+import stat
+import types
+import typing
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterator, Literal, Mapping
+
+import yaml
+
+from ..errors import SpecError
+from ..worker import expr
+from .spec import CounterCheck, ExpectedSolutions, LabSpec, ParamValue, SpeedCheck, scored_on_baseline, split_metrics
+
+__all__ = ["load_lab", "load_expected", "lab_bound", "yaml_fields", "records"]
+
+#: In a course repository, the folder beside ``labs/`` that holds the reference solutions.
+COURSE_REFERENCE = "reference"
+#: Numbers that must be more than 0 (every number of a lab must be 0 or more): a limit of 0 s or
+#: 0 samples would end a step before it starts.
+POSITIVE = frozenset({"time_limit_s", "budget_s", "repeat", "min_samples", "max_samples", "scale"})
+
+
+def lab_bound(lab_folder: Path) -> Path:
+    """The folder every file a lab names must stay inside: the lab's own folder; for a lab of a
+    course repository (``<course>/labs/<lab>`` beside ``<course>/reference/``), the course
+    repository, whose ``reference/`` and ``student_template/`` its lab.yaml names. A bundle
+    (``release``) keeps every file of a lab in the lab's folder."""
+    folder = Path(os.path.abspath(lab_folder))
+    course = folder.parent.parent
+    return course if folder.parent.name == "labs" and _is_course(course) else folder
+
+
+def _is_course(folder: Path) -> bool:
+    """``folder`` is a course repository: ``labs/`` and ``reference/`` in it, folders and not links."""
+    return all(folder.joinpath(name).is_dir() and not folder.joinpath(name).is_symlink() for name in ("labs", COURSE_REFERENCE))
+
+
+def load_lab(path: Path | str) -> LabSpec:
+    """Load and validate ``labs/<id>/lab.yaml`` (or the lab folder)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "lab.yaml"
+    lab_folder = Path(os.path.abspath(path.parent))
+    bound = lab_bound(lab_folder)
+    _not_a_link(path, lab_folder, bound)
+    data = _read_yaml(path)
+    spec: LabSpec = _Loader(path, lab_folder, bound).build(LabSpec, data, "")
+    spec = dataclasses.replace(spec, root=path.parent.resolve(), source=path)
+    _validate_lab(spec, path)
+    return spec
+
+
+def load_expected(path: Path | str) -> ExpectedSolutions:
+    """Load ``labs/<id>/solutions/expected.yaml`` (or the project's own corpus of that format):
+    its files stay inside the course repository that holds it, else inside its lab's folder. A
+    bundle never has one: release leaves the known solutions out."""
+    path = Path(path)
+    lab_folder = Path(os.path.abspath(path.parent.parent))
+    bound = _course_holding(lab_folder) or lab_bound(lab_folder)
+    _not_a_link(path, lab_folder, bound)
+    expected: ExpectedSolutions = _Loader(path, lab_folder, bound).build(ExpectedSolutions, _read_yaml(path), "")
+    return expected
+
+
+def _course_holding(folder: Path) -> Path | None:
+    """The course repository ``folder`` is in (a folder with ``labs/`` and ``reference/``, neither a link), if any."""
+    return next((candidate for candidate in (folder, *folder.parents) if _is_course(candidate)), None)
+
+
+def _not_a_link(path: Path, lab_folder: Path, bound: Path) -> None:
+    """A lab's YAML file and the folders from ``bound`` down to it (the lab's folder included) must
+    be themselves, not links: a link would let a repository's bundle stand in for another folder."""
+    here = Path(os.path.abspath(path))
+    start = bound if bound != lab_folder else lab_folder.parent
+    if not here.is_relative_to(start):
+        start = here.parent
+    current = start
+    for part in here.relative_to(start).parts:
+        current = current / part
+        if current.is_symlink():
+            raise SpecError(f"is reached through a symbolic link ({current}): a lab's files must be the files themselves",
+                            path=path)
+
+
+def yaml_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    """The keys a record accepts, in the order the loader reads them (fields marked ``yaml: False`` are not keys)."""
+    return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
+
+
+def records(cls: type, key: str = "") -> list[tuple[str, type]]:
+    """Every record the loader builds from ``cls`` down, with its key path, depth first in reading order.
+
+    List entries end in ``[]`` (``correctness.cases[]``); the top level is ``""``.
+    """
+    out = [(key, cls)]
+    hints = typing.get_type_hints(cls)
+    for name in yaml_fields(cls):
+        for sub, record in _nested(hints[name], _join(key, name)):
+            out += records(record, sub)
+    return out
+
+
+def _nested(tp: Any, key: str) -> Iterator[tuple[str, type]]:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            yield from _nested(option, key)
+    elif origin is tuple:
+        yield from _nested(args[0], f"{key}[]")
+    elif _is_mapping(origin):
+        yield from _nested(args[1], f"{key}.<name>")
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        yield key, tp
+
+
+def _is_mapping(origin: Any) -> bool:
+    return origin in (Mapping, dict, typing.Mapping) or (origin is not None and origin.__name__ == "Mapping")
+
+
+def _read_yaml(path: Path) -> Any:
+    if not path.exists():
+        raise SpecError("file not found", path=path)
+    if path.is_dir():
+        raise SpecError("is a directory, expected a YAML file", path=path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"malformed YAML: {where}{problem}", path=path) from None
+    if not isinstance(data, dict):
+        raise SpecError(f"expected a mapping at the top level, got {_describe(data)}", path=path)
+    return data
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+class _Loader:
+    def __init__(self, path: Path, lab_folder: Path, bound: Path):
+        self.path = path
+        self.base = Path(os.path.abspath(path.parent))
+        self.bound = bound
+        self.course = bound != lab_folder  # a lab of a course repository: its files may be anywhere in it
+
+    def fail(self, key: str, message: str) -> SpecError:
+        return SpecError(message, path=self.path, key=key or "(top level)")
+
+    def build(self, cls: type, data: Any, key: str) -> Any:
+        if not isinstance(data, dict):
+            raise self.fail(key, f"expected a mapping, got {_describe(data)}")
+        hints = typing.get_type_hints(cls)
+        fields = yaml_fields(cls)
+        for name in data:
+            if name not in fields:
+                near = difflib.get_close_matches(str(name), list(fields), n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(fields)}"
+                raise self.fail(_join(key, str(name)), f"unknown key{hint}")
+        kwargs = {}
+        for name, f in fields.items():
+            sub = _join(key, name)
+            if name in data:
+                kwargs[name] = self.convert(hints[name], data[name], sub)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise self.fail(sub, "missing required key")
+        return cls(**kwargs)
+
+    def convert(self, tp: Any, value: Any, key: str) -> Any:
+        origin = typing.get_origin(tp)
+        args = typing.get_args(tp)
+        if origin in (typing.Union, types.UnionType):
+            if value is None and type(None) in args:
+                return None
+            inner = [a for a in args if a is not type(None)]
+            for i, option in enumerate(inner):  # first type that takes the value, in declared order
+                try:
+                    return self.convert(option, value, key)
+                except SpecError:
+                    if i == len(inner) - 1:
+                        raise
+        if origin is Literal:
+            if value not in args:
+                choices = ", ".join(repr(a) for a in args)
+                raise self.fail(key, f"must be one of {choices}, got {_describe(value)}")
+            return value
+        if origin is tuple:
+            if not isinstance(value, list):
+                raise self.fail(key, f"expected a list, got {_describe(value)}")
+            return tuple(self.convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
+        if _is_mapping(origin):
+            if not isinstance(value, dict):
+                raise self.fail(key, f"expected a mapping, got {_describe(value)}")
+            return types.MappingProxyType(
+                {str(k): self.convert(args[1], v, _join(key, str(k))) for k, v in value.items()}
+            )
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            return self.build(tp, value, key)
+        if tp is Path:
+            return self.lab_file(value, key)
+        if tp is bool:
+            if not isinstance(value, bool):
+                raise self.fail(key, f"expected true or false, got {_describe(value)}")
+            return value
+        if tp is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.fail(key, f"expected an integer, got {_describe(value)}")
+            return int(self.in_range(value, key, integer=True))
+        if tp is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self.fail(key, f"expected a number, got {_describe(value)}")
+            return float(self.in_range(value, key))
+        if tp is str:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return str(value)
+            if not isinstance(value, str):
+                raise self.fail(key, f"expected text, got {_describe(value)}")
+            return value
+        raise TypeError(f"unsupported field type {tp!r}")  # a bug in the records, not in the YAML
+
+    def in_range(self, value: float, key: str, integer: bool = False) -> float:
+        """``value`` if it is a number a lab can mean: finite, never negative (points, limits,
+        tolerances, sizes, seeds), and more than 0 where 0 would stop the step (a time limit)."""
+        name = key.rsplit(".", 1)[-1]
+        if not math.isfinite(value):
+            raise self.fail(key, f"must be a finite number, got {value}")
+        if value < 0:
+            raise self.fail(key, f"{name} must not be negative, got {value}")
+        if value == 0 and name in POSITIVE:
+            raise self.fail(key, f"must be {'at least 1' if integer else 'more than 0'}, got {value}")
+        return value
+
+    def lab_file(self, value: Any, key: str) -> Path:
+        """A file the lab names: relative, inside ``bound``, reached through no link, a regular file."""
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a file path, got {_describe(value)}")
+        inside = "the course repository" if self.course else "the lab's folder"
+        rel = PurePosixPath(value)
+        if rel.is_absolute():
+            raise self.fail(key, f"{value!r} is an absolute path: name the file relative to the lab.yaml, inside {inside} ({self.bound})")
+        if ".." in rel.parts and not self.course:
+            raise self.fail(key, f"{value!r} goes up a folder ('..'): a lab's files must stay inside its folder ({self.bound})")
+        target = Path(os.path.normpath(self.base / rel))
+        if not target.is_relative_to(self.bound) or target == self.bound:
+            raise self.fail(key, f"{value!r} is outside {inside} ({self.bound}): a lab's files must stay inside it")
+        current, info = self.bound, None
+        for part in target.relative_to(self.bound).parts:
+            current = current / part
+            try:
+                info = os.lstat(current)
+            except FileNotFoundError:
+                raise self.fail(key, f"file not found: {value!r} (looked for {target})") from None
+            except OSError as exc:
+                raise self.fail(key, f"cannot read {value!r} ({current}): {exc.strerror or exc}") from None
+            if stat.S_ISLNK(info.st_mode):
+                raise self.fail(key, f"{value!r} goes through a symbolic link ({current}): a lab's files must be the files themselves")
+        if info is None or not stat.S_ISREG(info.st_mode):
+            raise self.fail(key, f"{value!r} is not a regular file ({target})")
+        resolved = target.resolve()
+        if not resolved.is_relative_to(self.bound.resolve()):  # the lexical check and lstat agree; the kernel has the last word
+            raise self.fail(key, f"{value!r} is outside {inside} ({self.bound}): a lab's files must stay inside it")
+        return resolved
+
+
+def _join(key: str, name: str) -> str:
+    return f"{key}.{name}" if key else name
+
+
+#: Builds the error for a key of the lab file being validated.
+Fail = Callable[[str, str], SpecError]
+
+
+def _validate_lab(spec: LabSpec, path: Path) -> None:
+    def fail(key: str, message: str) -> SpecError:
+        return SpecError(message, path=path, key=key)
+
+    known_baselines = set(spec.baseline_names)
+    args = spec.launcher.args
+    seen: set[str] = set()
+    for i, arg in enumerate(args):
+        key = f"launcher.args[{i}]"
+        if arg.name in seen:
+            raise fail(f"{key}.name", f"duplicate argument name {arg.name!r}")
+        seen.add(arg.name)
+        if arg.role == "scalar":
+            if arg.ctype is None or not arg.value:
+                raise fail(key, f"scalar argument {arg.name!r} needs 'ctype' and 'value'")
+        elif arg.dtype is None or not arg.shape:
+            raise fail(key, f"array argument {arg.name!r} needs 'dtype' and 'shape'")
+        for text in arg.shape or ((arg.value,) if arg.value else ()):
+            try:
+                expr.names(text)
+            except expr.ExprError as exc:
+                raise fail(f"{key}.{'shape' if arg.shape else 'value'}", str(exc)) from None
+    if not any(a.role == "output" for a in args):
+        raise fail("launcher.args", "the launcher needs at least one argument with role 'output'")
+
+    def check_params(params: Mapping[str, ParamValue], key: str) -> None:
+        # a misspelt parameter is named as the case spells it, with the one it stands in for
+        needed = {n for arg in args for text in arg.shape or (arg.value,) if isinstance(text, str) for n in expr.names(text)}
+        missing = sorted(needed - set(params))
+        for name in sorted(set(params) - needed):
+            near = difflib.get_close_matches(name, missing, n=1)
+            if near:
+                raise fail(f"{key}.{name}", f"unknown parameter {name!r}; did you mean {near[0]!r}? "
+                                            f"(the launcher's arguments use: {', '.join(sorted(needed))})")
+        for arg in args:
+            for text in arg.shape or (arg.value,):
+                try:
+                    val = expr.evaluate(text, params)
+                except expr.ExprError as exc:
+                    raise fail(key, f"{exc} (needed by launcher argument {arg.name!r})") from None
+                if arg.shape and val < 0:
+                    raise fail(key, f"shape of {arg.name!r} is negative ({text} = {val})")
+        try:
+            expr.evaluate(spec.tolerance.reduction_length, params)
+        except expr.ExprError as exc:
+            raise fail("tolerance.reduction_length", str(exc)) from None
+
+    if not spec.correctness.cases:
+        raise fail("correctness.cases", "at least one case is needed")
+    ids: set[str] = set()
+    for i, case in enumerate(spec.correctness.cases):
+        check_params(case.params, f"correctness.cases[{i}].params")
+        if case.label in ids:
+            raise fail(f"correctness.cases[{i}]", f"duplicate case {case.label!r}")
+        ids.add(case.label)
+    for i, static in enumerate(spec.static):
+        _unique(ids, static.id, fail, f"static[{i}].id")
+    for i, tool in enumerate(spec.sanitizers):
+        _unique(ids, tool.id, fail, f"sanitizers[{i}].id")
+        check_params(tool.params, f"sanitizers[{i}].params")
+    if spec.benchmark:
+        check_params(spec.benchmark.params, "benchmark.params")
+        for key in ("flops", "bytes"):
+            try:
+                expr.evaluate(getattr(spec.benchmark, key), spec.benchmark.params)
+            except expr.ExprError as exc:
+                raise fail(f"benchmark.{key}", str(exc)) from None
+        for i, speed in enumerate(spec.benchmark.checks):
+            _unique(ids, speed.id, fail, f"benchmark.checks[{i}].id")
+            _threshold(speed, known_baselines, fail, f"benchmark.checks[{i}]", spec.has_course_files)
+    for i, check in enumerate(spec.counters):
+        key = f"counters[{i}]"
+        _unique(ids, check.id, fail, f"{key}.id")
+        check_params(check.params, f"{key}.params")
+        for field_name in ("metric", "per"):
+            text = getattr(check, field_name)
+            for name in split_metrics(text):
+                if not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", name):
+                    raise fail(f"{key}.{field_name}", f"not an Nsight Compute metric name: {name!r}")
+        if not split_metrics(check.metric):
+            raise fail(f"{key}.metric", "a metric name is needed")
+        if not check.scale > 0:
+            raise fail(f"{key}.scale", f"must be a positive number, got {check.scale}")
+        if check.kind == "reduction" and not check.baseline:
+            raise fail(f"{key}.baseline", "a 'reduction' counter check compares with a baseline: name one")
+        _threshold(check, known_baselines, fail, key, spec.has_course_files)
+
+
+def _unique(ids: set[str], name: str, fail: Fail, key: str) -> None:
+    if name in ids:
+        raise fail(key, f"duplicate check id {name!r}")
+    ids.add(name)
+
+
+def _threshold(check: SpeedCheck | CounterCheck, known: set[str], fail: Fail, key: str, course: bool) -> None:
+    if check.baseline == "reference" and scored_on_baseline(check) and not check.course_only:
+        raise fail(f"{key}.baseline", "'reference' is the reference solution, which students never get: mark the "
+                                      "check `course_only: true` (grading from a student bundle then skips it)")
+    # a student bundle leaves out what only course-only checks (or an at_most comparison) use
+    left_out = not course and (check.course_only or not scored_on_baseline(check))
+    if check.baseline and check.baseline not in known and not left_out:
+        near = difflib.get_close_matches(check.baseline, sorted(known), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise fail(f"{key}.baseline", f"unknown baseline {check.baseline!r} (known: {', '.join(sorted(known))}){hint}")
+    if getattr(check, "kind", "reduction") == "at_most":
+        if check.full > check.zero:
+            raise fail(key, f"an 'at_most' bound needs 'full' ({check.full}) at or below 'zero' ({check.zero})")
+    elif check.full < check.zero:
+        raise fail(key, f"'full' ({check.full}) must not be below 'zero' ({check.zero})")
