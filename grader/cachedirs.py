@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import platformdirs
+
 __all__ = ["default_cache_dir", "user_cache_dir"]
 
 
 def user_cache_dir() -> Path:
-    """The grader's folder in the user's cache: ``$XDG_CACHE_HOME/cuda-lab-grader``, by default
-    ``~/.cache/cuda-lab-grader``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cuda-lab-grader"
+    """The grader's folder in the user's cache: on Linux ``$XDG_CACHE_HOME/cuda-lab-grader``, by
+    default ``~/.cache/cuda-lab-grader``."""
+    return platformdirs.user_cache_path("cuda-lab-grader", appauthor=False)
 
 
 def default_cache_dir() -> Path:

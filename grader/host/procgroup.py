@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
+import psutil
+
 from ..textutil import CappedOutput
 
 SETTLE_S = 2.0
@@ -93,51 +95,49 @@ def start_lasting(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
     return _STARTER.submit(start).result()
 
 
-def _processes() -> dict[int, tuple[str, int, int]]:
-    """Every process: pid -> (state, parent pid, process group)."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
-        if len(fields) > 2:
-            table[int(entry.name)] = (fields[0], int(fields[1]), int(fields[2]))
-    return table
+def _alive(proc: psutil.Process) -> bool:
+    """Still running: a zombie has closed its files and released its memory (and GPU)."""
+    try:
+        return proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False
 
 
-def _alive(state: str) -> bool:
-    return state not in "ZX"  # a zombie has closed its files and released its memory (and GPU)
+def _members(pgid: int) -> list[psutil.Process]:
+    """The live processes of group ``pgid``."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(proc.pid) == pgid and _alive(proc):
+                found.append(proc)
+    return found
 
 
 def live_members(pgid: int) -> list[int]:
     """Process ids in group ``pgid`` that have not yet exited (zombies are not counted)."""
-    return [pid for pid, (state, _, group) in _processes().items() if group == pgid and _alive(state)]
+    return [proc.pid for proc in _members(pgid)]
 
 
-def _tree(pgid: int) -> set[int]:
+def _tree(pgid: int) -> list[psutil.Process]:
     """The live processes of group ``pgid`` and every live process below them."""
-    table = _processes()
-    tree = {pid for pid, (state, _, group) in table.items() if group == pgid and _alive(state)}
-    todo = list(tree)
-    while todo:
-        parent = todo.pop()
-        for pid, (state, ppid, _) in table.items():
-            if ppid == parent and pid not in tree and _alive(state):
-                tree.add(pid)
-                todo.append(pid)
-    return tree
+    tree = {proc.pid: proc for proc in _members(pgid)}
+    for proc in list(tree.values()):
+        with contextlib.suppress(psutil.Error):
+            for child in proc.children(recursive=True):
+                if _alive(child):
+                    tree.setdefault(child.pid, child)
+    return list(tree.values())
 
 
 def hold_group(pgid: int, stopped: bool) -> None:
     """Stop (SIGSTOP) or continue (SIGCONT) group ``pgid`` and everything below it: while
     stopped, none of its code runs (a thread the program left running included)."""
-    for pid in _tree(pgid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGSTOP if stopped else signal.SIGCONT)
+    for proc in _tree(pgid):
+        with contextlib.suppress(psutil.Error):
+            if stopped:
+                proc.suspend()
+            else:
+                proc.resume()
 
 
 def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
@@ -151,11 +151,11 @@ def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
     doomed = _tree(pgid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    for pid in doomed:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    for proc in doomed:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
     deadline = time.monotonic() + settle_s
-    while any(pid in doomed and _alive(state) for pid, (state, _, _) in _processes().items()):
+    while any(_alive(proc) for proc in doomed):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)

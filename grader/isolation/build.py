@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import filelock
+
 from ..cachedirs import default_cache_dir
 from ..errors import GraderError
 from ..host import toolchain
-from ..host.flock import wait_exclusive
 from ..host.hostdirs import check_private_dir, open_private, private_dir, read_private
 from ..host.procgroup import run_capped
 from ..host.safeio import SOURCE_LIMIT_BYTES, read_file
@@ -226,20 +227,17 @@ def _one_builder(cache: Path, digest: str, time_limit_s: float) -> Iterator[None
     """Hold the build lock of ``digest`` in ``cache``: a class's CPU pool and a lane (or two graders
     sharing a cache) that need the same build compile it once; the other waits, then finds it
     cached. A lock that cannot be had in time (or made at all) is gone without: both compile."""
+    path = private_dir(cache / LOCKS, "the build locks' folder") / digest
+    lock = filelock.FileLock(str(path), mode=0o600, thread_local=False)
     try:
-        fd = os.open(private_dir(cache / LOCKS, "the build locks' folder") / digest,
-                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
-    except OSError:
+        lock.acquire(timeout=time_limit_s + 10, poll_interval=0.05)
+    except (OSError, filelock.Timeout):
         yield
         return
     try:
-        try:
-            wait_exclusive(fd, 0.05, time_limit_s + 10, "build lock")
-        except TimeoutError:
-            pass
         yield
     finally:
-        os.close(fd)  # releases the lock
+        lock.release()
 
 
 def _compiled_name(display: str, source: Path) -> Path:
