@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.engine.grade import WAITING  # noqa: E402
+from grader.engine.background import WAITING  # noqa: E402
 from grader.engine.repo import grade_repo, submission_path  # noqa: E402
 from grader.isolation.options import GradeOptions  # noqa: E402
 from grader.labspec.labs import find_lab, lab_ids  # noqa: E402

@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.engine.grade import WAITING, grade  # noqa
+from grader.engine.background import WAITING  # noqa
+from grader.engine.grade import grade  # noqa
 from grader.outcome import Stage  # noqa: E402
 from grader.isolation.options import GradeOptions  # noqa: E402
 from grader.labspec.labs import find_lab  # noqa: E402

@@ -43,8 +43,8 @@ from grader.checks import counters  # noqa: E402
 from grader.checks.correctness import launcher_spec, write_inputs  # noqa: E402
 from grader.course.validate import load_solutions, validate  # noqa: E402
 from grader.isolation.build import baseline_library  # noqa: E402
+from grader.isolation.launch import Isolation, RunDirs  # noqa: E402
 from grader.isolation.options import GradeOptions, archs_for, probe_for  # noqa: E402
-from grader.isolation.runner import Isolation, RunDirs  # noqa: E402
 from grader.isolation.sandbox import Sandbox  # noqa: E402
 from grader.labspec.labs import find_lab, lab_ids, load_problem  # noqa: E402
 from grader.labspec.paths import shown  # noqa: E402

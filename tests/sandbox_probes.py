@@ -75,13 +75,13 @@ print(json.dumps(out))
 
 def _isolation():
     from grader.isolation import sandbox
-    from grader.isolation.runner import Isolation
+    from grader.isolation.launch import Isolation
 
     return Isolation(sandbox.detect())
 
 
 def probe_escape(work: Path) -> dict:
-    from grader.isolation.runner import RunDirs
+    from grader.isolation.launch import RunDirs
 
     dirs = RunDirs(work / "in", work / "out").make()
     cmd, env = _isolation().command([sys.executable, "-I", "-c", ESCAPE], dirs)
@@ -97,7 +97,7 @@ def probe_plant(work: Path) -> dict:
     """Plant links where the grader writes and reads, then let the grader read and write as it does."""
     from grader.errors import GraderError
     from grader.host.safeio import read_beneath, write_private
-    from grader.isolation.runner import RunDirs
+    from grader.isolation.launch import RunDirs
 
     dirs = RunDirs(work / "in", work / "out").make()
     (dirs.inbox / "case1").mkdir()
@@ -132,7 +132,7 @@ def probe_plant(work: Path) -> dict:
 def probe_trusted_import(work: Path) -> dict:
     """A ``grader`` package and a ``sitecustomize`` planted in a trusted run's working folder and on
     PYTHONPATH: the trusted worker must import neither."""
-    from grader.isolation.runner import Isolation, RunDirs, worker_command
+    from grader.isolation.launch import Isolation, RunDirs, worker_command
     from grader.isolation.sandbox import Sandbox
 
     dirs = RunDirs(work / "in", work / "out").make()

@@ -8,7 +8,8 @@ import pytest
 from cuda_sources import LOCAL_ARRAY
 
 from grader.engine.grade import grade
-from grader.isolation.build import BuildResult, build, parse_ptxas, student_log, summarize_errors
+from grader.isolation.build import BuildResult, build
+from grader.isolation.compilerlog import parse_ptxas, student_log, summarize_errors
 from grader.isolation.options import GradeOptions
 from grader.labspec.specload import load_lab
 from grader.outcome import Outcome

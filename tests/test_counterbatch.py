@@ -10,8 +10,8 @@ import pytest
 from grader.checks import counterbatch
 from grader.checks.counterbatch import ProfileBatch, Request, profile_together, split_at_marks
 from grader.checks.counters import CounterRun, kernel_rows
+from grader.isolation.launch import Isolation, RunDirs
 from grader.isolation.options import GradeOptions, sandbox_for
-from grader.isolation.runner import Isolation, RunDirs
 from grader.isolation.sandbox import Sandbox
 from grader.isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
 from grader.worker.protocol import MARK_KERNEL, marked_tasks, tool_case_task
@@ -230,8 +230,7 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
     not keep it waiting through its own correctness cases."""
     import dataclasses
 
-    from grader.checks import launched
-    from grader.engine import grade
+    from grader.engine import grade, launched
     from grader.labspec.labs import find_lab
 
     batch = ProfileBatch(["memory_types", "tiled_matmul"])

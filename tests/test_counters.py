@@ -13,7 +13,7 @@ from grader.checks.counters import Profiles
 from grader.host import gpulock
 from grader.host.gpu import GpuInfo
 from grader.host.gpus import GpuSlot
-from grader.isolation.runner import RunDirs
+from grader.isolation.launch import RunDirs
 from grader.isolation.toolrun import ToolRun
 from grader.labspec.labs import find_lab
 from grader.labspec.spec import CounterCheck

@@ -20,8 +20,8 @@ from grader.engine.grade import grade
 from grader.engine.repo import grade_many
 from grader.isolation import build as nvcc
 from grader.isolation import sandbox as sandboxing
+from grader.isolation.launch import Isolation, RunDirs
 from grader.isolation.options import GradeOptions
-from grader.isolation.runner import Isolation, RunDirs
 from grader.isolation.toolrun import run_under_tool
 from grader.labspec.labs import PROJECT_ROOT, find_lab
 from grader.labspec.spec import ExpectedSolution

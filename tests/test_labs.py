@@ -166,11 +166,11 @@ def test_a_grader_bug_in_a_background_run_becomes_errors_on_its_checks(monkeypat
 
     from grader.outcome import Stage
 
-    results = grading._guarded(Stage.SANITIZER, broken, ())
+    results = grading.background._guarded(Stage.SANITIZER, broken, ())
     assert [c.id for c in results] == [s.id for s in spec.sanitizers]
     assert all(c.outcome is Outcome.ERROR and "simulated profiler bug" in c.message for c in results)
     one = spec.sanitizers[-1].id  # a batch of one check (each sanitizer runs in its own): errors on that check only
-    assert [c.id for c in grading._guarded(Stage.SANITIZER, broken, (one,))] == [one]
+    assert [c.id for c in grading.background._guarded(Stage.SANITIZER, broken, (one,))] == [one]
     assert "simulated profiler bug" in (tmp_path / "internal-errors.log").read_text()
     assert grading.clock.seconds["sanitizer"] >= 0
 

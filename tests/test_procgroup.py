@@ -132,7 +132,8 @@ def test_a_worker_start_waits_for_gpu_memory_another_process_holds(monkeypatch, 
     """A submission that keeps every byte of the GPU's memory also does so in its sanitizer runs:
     the next correctness case's fresh worker waits for it instead of failing at once."""
     from grader.isolation import runner
-    from grader.isolation.runner import Isolation, RunDirs, TaskResult, WorkerSession
+    from grader.isolation.launch import Isolation, RunDirs
+    from grader.isolation.runner import TaskResult, WorkerSession
     from grader.isolation.sandbox import Sandbox
 
     oom = TaskResult("startup_failed", reason="could not start the GPU worker: CUDARuntimeError: out of memory")

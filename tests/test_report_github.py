@@ -16,7 +16,7 @@ from test_report import make_report
 from test_report_injection import hostile_report, render_github
 
 from grader.engine.repo import grade_repo
-from grader.isolation.build import error_location
+from grader.isolation.compilerlog import error_location
 from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage
 from grader.report import data as json_report
 from grader.report import junit, text

@@ -11,7 +11,7 @@ import pytest
 
 from grader.checks import sanitizer, sanitizerbatch
 from grader.checks.sanitizerbatch import SanitizerBatch, ToolRequest, sanitize_together
-from grader.isolation.runner import Isolation, RunDirs
+from grader.isolation.launch import Isolation, RunDirs
 from grader.isolation.sandbox import Sandbox
 from grader.isolation.toolrun import ToolRun
 from grader.worker.protocol import Kind, tool_case_task

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from grader.checks.timing import bound_by_round_trips
+from grader.checks.samples import bound_by_round_trips
 from grader.cli import main as cli_main
 from grader.engine.grade import grade
 from grader.errors import GraderError
 from grader.host.safeio import SOURCE_LIMIT_BYTES, read_beneath, read_file
 from grader.isolation import build as nvcc
 from grader.isolation import sandbox as sandboxing
+from grader.isolation.launch import worker_env
 from grader.isolation.options import GradeOptions
-from grader.isolation.runner import worker_env
 from grader.labspec.labs import PROJECT_ROOT, find_lab
 from grader.outcome import Outcome
 from grader.worker.confine import landlock_abi

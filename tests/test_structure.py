@@ -11,7 +11,7 @@ from pathlib import Path
 from grader.isolation.sandbox import worker_runtime
 
 GRADER = Path(__file__).resolve().parent.parent / "grader"
-MAX_LINES = 450
+MAX_LINES = 400
 
 
 def _modules() -> dict[str, Path]:
@@ -107,7 +107,7 @@ LAYERS = (
     ("grader.course",),
     ("grader.gradebook",),
     ("grader.classroom",),
-    ("grader.cli", "grader.completion", "grader.__main__"),
+    ("grader.cli", "grader.cliparser", "grader.completion", "grader.__main__"),
 )
 
 

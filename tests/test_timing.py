@@ -18,7 +18,7 @@ from grader.worker.protocol import Kind
 
 
 def test_a_kernel_far_slower_than_every_baseline_ends_the_sampling():
-    from grader.checks.timing import TOO_SLOW_FACTOR, far_too_slow
+    from grader.checks.samples import TOO_SLOW_FACTOR, far_too_slow
 
     baselines = [[2.0, 2.1], [3.0, 2.9]]
     assert not far_too_slow(3.0 * TOO_SLOW_FACTOR - 0.1, baselines)
@@ -420,7 +420,8 @@ def test_a_worker_keeps_a_timing_session_per_lab_and_rewinds_one_opened_again_al
 
 def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatch):
     from grader.isolation import trusted
-    from grader.isolation.runner import Isolation, WorkerSession
+    from grader.isolation.launch import Isolation
+    from grader.isolation.runner import WorkerSession
     from grader.isolation.sandbox import Sandbox
 
     monkeypatch.setattr(trusted, "_WORKERS", {})

@@ -18,11 +18,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader.checks import launched
 from grader.checks.correctness import failure_from_task
 from grader.checks.counters import NO_KERNEL, CounterRun
+from grader.engine import launched
 from grader.isolation import replies, runner, toolrun
-from grader.isolation.runner import INTERFERED, Isolation, RunDirs, TaskResult, WorkerSession
+from grader.isolation.launch import Isolation, RunDirs
+from grader.isolation.runner import INTERFERED, TaskResult, WorkerSession
 from grader.isolation.sandbox import Sandbox
 from grader.labspec.labs import find_lab
 from grader.outcome import Outcome, Stage

@@ -15,9 +15,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..host.safeio import load_npy
-from ..isolation.build import demangle
+from ..isolation.compilerlog import demangle
+from ..isolation.launch import RunDirs
 from ..isolation.options import secret_seed
-from ..isolation.runner import MEMORY_POLL_S, MEMORY_WAIT_S, RunDirs, TaskResult, WorkerSession
+from ..isolation.runner import MEMORY_POLL_S, MEMORY_WAIT_S, TaskResult, WorkerSession
 from ..isolation.submission import Submission
 from ..labspec.spec import Case, CounterCheck, LabSpec, SanitizerCheck
 from ..outcome import CheckResult, Outcome, Stage

@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 
 from ..host.gpu import GpuInfo
 from ..host.procgroup import AnyOf, Stop
-from ..isolation.runner import Isolation, RunDirs
+from ..isolation.launch import Isolation, RunDirs
 from ..isolation.submission import Submission
 from ..isolation.toolrun import ToolRun
 from ..outcome import CheckResult

@@ -19,8 +19,9 @@ from ..host.gpu import GpuInfo, key_of
 from ..host.hostdirs import HostStateError, private_dir, read_private, write_private
 from ..host.hostlock import LockPlace, hold, lock_place
 from ..host.procgroup import Stop
-from ..isolation.build import baseline_library, demangle
-from ..isolation.runner import Isolation, RunDirs
+from ..isolation.build import baseline_library
+from ..isolation.compilerlog import demangle
+from ..isolation.launch import Isolation, RunDirs
 from ..isolation.submission import Submission
 from ..isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
 from ..labspec.spec import CounterCheck, params_label, split_metrics

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..host import toolchain
 from ..host.procgroup import Stop
+from ..isolation.launch import Isolation, RunDirs
 from ..isolation.options import usable_cpus
-from ..isolation.runner import Isolation, RunDirs
 from ..isolation.submission import Submission
 from ..isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
 from ..labspec.spec import LabSpec, SanitizerCheck, params_label

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..host.procgroup import AnyOf, Stop
-from ..isolation.runner import Isolation, RunDirs
+from ..isolation.launch import Isolation, RunDirs
 from ..isolation.submission import Submission
 from ..labspec.spec import SanitizerCheck
 from ..outcome import CheckResult

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..host import toolchain
-from ..isolation.build import demangle
+from ..isolation.compilerlog import demangle
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, KernelResources, Outcome, Stage
 

@@ -17,7 +17,8 @@ from ..textutil import plural
 from ..worker import expr
 from .compare import compare
 from .correctness import failure_from_task, output_limit
-from .timing import TOO_SLOW_FACTOR, Measurement, SampleFailed, TimedRun, summarize
+from .samples import TOO_SLOW_FACTOR, summarize
+from .timing import Measurement, SampleFailed, TimedRun
 
 #: A timed array the worker saves for the grader's check is read up to this size.
 TIMED_ARRAY_LIMIT = 1 << 30

@@ -14,49 +14,31 @@ import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Mapping
 
 from ..cachedirs import default_cache_dir
-from ..checks import launched, sanitizer, sanitizerbatch, speed
+from ..checks import sanitizer, sanitizerbatch, speed
 from ..checks.correctness import grade_case
 from ..checks.counterbatch import ProfileBatch, counted
 from ..checks.counters import Profiles
 from ..checks.sanitizerbatch import SanitizerBatch
 from ..checks.sass import static_checks
 from ..checks.timing import Measurement, TimedRun
-from ..errors import internal_error_message
 from ..host import toolchain
 from ..host.gpu import GpuProbe, key_of
 from ..isolation.build import lab_build
+from ..isolation.launch import Isolation
 from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of
-from ..isolation.runner import Isolation, WorkerSession
+from ..isolation.runner import WorkerSession
 from ..isolation.submission import Submission
 from ..isolation.trusted import baselines_worker
 from ..labspec.labs import load_problem
 from ..labspec.spec import LabSpec
 from ..outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
+from . import launched
+from .background import Background, StageClock
 from .plan import course_only_results, fill_checks, gated_check, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
-
-#: Seconds spent waiting for the sanitizer and counter runs before timing (not a stage of its own).
-WAITING = "waiting_for_tools"
-
-
-class _Clock:
-    """Seconds per stage, keyed by :class:`Stage` value (and ``WAITING``)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - t0, 3)
 
 
 class LabGrading:
@@ -80,7 +62,7 @@ class LabGrading:
         self.whole = spec  # the lab as the course grades it: what the report lists
         self.spec, self.source, self.options, self.progress = runnable(spec), source, options, progress
         self.name = display_name or source.name
-        self.clock = _Clock()
+        self.clock = StageClock()
         self.sandbox = sandbox_for(options)
         self.deadline = time.monotonic() + options.submission_limit_s
         self.checks: list[CheckResult] = []
@@ -92,15 +74,13 @@ class LabGrading:
         self.worker: WorkerSession | None = None
         self.baselines: WorkerSession | None = None
         self.trusted: WorkerSession | None = None
-        self.background: list[Future[list[CheckResult]]] = []
-        self._stage_start: dict[str, float] = {}
+        self.background = Background(self.spec, self.clock)
         self._correctness_over = threading.Event()
         self._opened = False
         self._run: TimedRun | None = None  # the opened timing, until timed() samples it
         self._measurement: Measurement | None = None  # the timing, until report() scores it
         self.end_workers = True  # close() ends the workers (else the caller does: sessions())
         self._counter_checks: list[CheckResult] = []
-        self._pool: ThreadPoolExecutor | None = None
         self._work: Path | None = None
         self._done = False
 
@@ -165,16 +145,16 @@ class LabGrading:
         # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
         # correctness cases (their counts do not depend on what else runs); timing waits for them.
         # each sanitizer run (and the counter runs) in a thread of its own: they are separate processes
-        self._pool = ThreadPoolExecutor(max_workers=len(spec.sanitizers) + 1, thread_name_prefix=f"{spec.id}-tools")
+        self.background.open(len(spec.sanitizers) + 1)
         if spec.sanitizers and not options.sanitizers:
-            self.background.append(_done([CheckResult(c.id, Stage.SANITIZER, Outcome.SKIPPED, 0, c.points,
-                                                      "compute-sanitizer turned off (--no-sanitizers)") for c in spec.sanitizers]))
+            self.background.done([CheckResult(c.id, Stage.SANITIZER, Outcome.SKIPPED, 0, c.points,
+                                              "compute-sanitizer turned off (--no-sanitizers)") for c in spec.sanitizers])
         elif spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
             if self.sanitizer_batch is not None:
                 self.sanitizer_batch.send_made(spec.id, lambda: sanitizerbatch.requests_of(sub))
             for check in spec.sanitizers:
-                self._background(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch),
+                self.background.run(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch),
                                  (check.id,))
         self.worker = WorkerSession(sub.student_dirs(), isolation)
         # no student code reaches it: it owns the student's buffers and times the baselines
@@ -223,7 +203,7 @@ class LabGrading:
                 profiles = self.profiles = launched.profiles_for(spec)
                 what = ", ".join(c.what for c in profiles.checks)
                 self.progress(f"[{spec.id}] counters: {what} (Nsight Compute, in the background)")
-                self._background(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles))
+                self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles))
 
     def _profiled(self) -> bool:
         """Whether the student's cases are profiled: for the counter checks, and for the record of
@@ -244,34 +224,6 @@ class LabGrading:
             return
         judged = {c.id: c for c in static_checks(self.spec, sub.library, sub.kernels, set(seen.names))}
         self.checks = [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in self.checks]
-
-    def _background(self, stage: Stage, batch: Callable[[], list[CheckResult]], ids: tuple[str, ...] = ()) -> None:
-        """Run a batch of checks (of ``stage``; those named by ``ids``, or all) beside the correctness cases."""
-        assert self._pool is not None
-        self.background.append(self._pool.submit(self._guarded, stage, batch, ids))
-
-    def _guarded(self, stage: Stage, batch: Callable[[], list[CheckResult]], ids: tuple[str, ...]) -> list[CheckResult]:
-        """``batch()``; a grader bug in it becomes errors on its checks, with an id. The stage's
-        seconds run from its first batch's start to its last batch's end."""
-        started = self._stage_start.setdefault(stage.value, time.monotonic())
-        try:
-            return batch()
-        except Exception as exc:
-            message = internal_error_message(exc)
-            return [CheckResult(cid, st, Outcome.ERROR, 0, pts, message) for cid, st, pts in planned_checks(self.spec)
-                    if st is stage and (not ids or cid in ids)]
-        finally:
-            took = round(time.monotonic() - started, 3)
-            self.clock.seconds[stage.value] = max(took, self.clock.seconds.get(stage.value, 0.0))
-
-    def wait(self) -> list[CheckResult]:
-        """Block until the background runs are done; their results, in order."""
-        out: list[CheckResult] = []
-        if self.background:
-            with self.clock.stage(WAITING):
-                for future in self.background:
-                    out += future.result()
-        return out
 
     def _keep_worker_for_timing(self) -> None:
         """Keep the worker that ran the correctness cases for the timing, stopped until then
@@ -350,7 +302,7 @@ class LabGrading:
 
     def _finish_on_gpu(self) -> None:
         spec = self.spec
-        tool_checks = self.wait()
+        tool_checks = self.background.wait()
         self._rejudge_static()
         passed = self._correct()
         sanitizer_checks = [c for c in tool_checks if c.stage is Stage.SANITIZER]
@@ -411,11 +363,7 @@ class LabGrading:
         self._correctness_over.set()  # a counter run waiting on the cases goes on, and finds nothing to run alone
         self._leave_batch()  # a counter run cancelled before it sent its cases must not hold the others
         self._leave_sanitizer_batch()
-        if self._pool is not None:
-            for future in self.background:
-                future.cancel()
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self.background.cancel()
         for session in self.sessions() if self.end_workers else ():
             session.kill()
         self.worker = self.baselines = self.trusted = None
@@ -426,12 +374,6 @@ class LabGrading:
             shutil.rmtree(self._work, ignore_errors=True)
         self._work = None
         self._done = True
-
-
-def _done(results: list[CheckResult]) -> Future[list[CheckResult]]:
-    future: Future[list[CheckResult]] = Future()
-    future.set_result(results)
-    return future
 
 
 def grade(

@@ -18,8 +18,8 @@ from ..checks.timing import SampleFailed, baselines_of, inputs_only, rehearse
 from ..errors import internal_error_message
 from ..host.gpu import key_of
 from ..isolation.build import baseline_library
+from ..isolation.launch import Isolation
 from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of
-from ..isolation.runner import Isolation
 from ..isolation.trusted import baselines_worker
 from ..labspec.spec import LabSpec
 from .plan import runnable

@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from ..checks import launched
 from ..checks.counterbatch import EarlySession, ProfileBatch
 from ..checks.sanitizerbatch import SanitizerBatch
 from ..errors import GraderError, internal_error_message
@@ -25,12 +24,13 @@ from ..host.gpu import key_of
 from ..host.procgroup import TEARDOWNS
 from ..host.safeio import UnsafeFile, submission_file
 from ..isolation.build import lab_build
+from ..isolation.launch import Isolation
 from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, usable_cpus
-from ..isolation.runner import Isolation
 from ..isolation.sandbox import Sandbox
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, LabReport, Outcome, Stage
+from . import launched
 from .grade import LabGrading
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
 

@@ -4,7 +4,7 @@ A hang is killed by process group; a crash, ``exit()`` or sticky CUDA error ends
 and the next task gets a fresh one. Untrusted workers run inside the sandbox where there is one;
 their printed output is read through a pipe and capped.
 
-Every run has two folders (``RunDirs``): an inbox that only the grader writes (tasks, inputs; the
+Every run has two folders (``launch.RunDirs``): an inbox that only the grader writes (tasks, inputs; the
 sandbox sees it read-only) and an outbox that the run may write (outputs, results), which the
 grader reads only through ``safeio``: no link followed, sizes capped. A worker starts from an
 allow-listed environment (no secret, no token), with ``python -I`` so that no file in its
@@ -21,54 +21,27 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..host.procgroup import drain, kill_group, start_lasting
-from ..labspec.paths import PACKAGE_PARENT
 from ..textutil import CappedOutput, clean
 from ..worker import shared
 from ..worker.protocol import QUIT, Status, Task, makes_shared
 from . import replies
-from .sandbox import Sandbox, confined_env, worker_runtime
+from .launch import FILE_LIMIT_BYTES, Isolation, RunDirs, worker_command
 
 STARTUP_LIMIT_S = 120.0
 #: How a reply that the student's code forged or broke is reported.
 INTERFERED = "your code interfered with the grader's worker: its reply was malformed or forged"
 #: How long a worker's start waits for GPU memory another process holds, polling every MEMORY_POLL_S.
 MEMORY_WAIT_S, MEMORY_POLL_S = 15.0, 0.5
-# Per file the worker writes: the .npy outputs of the largest benchmark case (memory_types:
-# 256 MiB arrays) must fit; a runaway writer is stopped here (SIGXFSZ).
-FILE_LIMIT_BYTES = 1 << 30
 # What is kept of a program's printed output: its start and its end.
 OUTPUT_HEAD_BYTES = 32 << 10
 OUTPUT_TAIL_BYTES = 32 << 10
 LINE_CHARS = 200  # a reported line of it, at most
-#: Starts the worker from an explicit folder with ``python -I``: neither the working folder nor
-#: PYTHONPATH is searched, so files planted where a run can write are never imported.
-BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv.pop(1)); from grader.worker.main import main; sys.exit(main(sys.argv[1:]))"
-
-
-@dataclass(frozen=True)
-class RunDirs:
-    """A run's folders: ``inbox`` only the grader writes; ``outbox`` the run may write."""
-
-    inbox: Path
-    outbox: Path
-
-    def make(self) -> "RunDirs":
-        self.inbox.mkdir(parents=True, exist_ok=True)
-        self.outbox.mkdir(parents=True, exist_ok=True)
-        return self
-
-    def sub(self, name: str) -> "RunDirs":
-        return RunDirs(self.inbox / name, self.outbox / name)
-
-
 @dataclass(frozen=True)
 class TaskResult:
     status: str  # a ``Status`` value: ok | cuda_error | out_of_memory | timeout | crashed | exited | worker_error | startup_failed | interfered
@@ -82,67 +55,6 @@ class TaskResult:
 
 #: How long the grader waits for shared buffers' descriptors once their reply has come.
 FDS_WAIT_S = 10.0
-
-
-@dataclass(frozen=True)
-class Isolation:
-    """How a worker is confined.
-
-    ``trusted`` workers run only the grader's own code (the baselines) and skip the sandbox;
-    others run inside it, seeing the worker runtime, ``read_only`` and their scratch folder.
-    ``cupy_cache`` is the trusted kernel cache: sandboxed workers start from a copy of it.
-    """
-
-    sandbox: Sandbox
-    read_only: tuple[Path, ...] = ()
-    trusted: bool = False
-    cupy_cache: Path | None = None
-
-    @property
-    def sandboxed(self) -> bool:
-        return self.sandbox.active and not self.trusted
-
-    def for_baselines(self) -> "Isolation":
-        """How the grader's own baseline kernels run beside this submission: unconfined, with the
-        same trusted kernel cache."""
-        return Isolation(self.sandbox, trusted=True, cupy_cache=self.cupy_cache)
-
-    def command(self, args: list[Any], dirs: RunDirs, extra_env: dict[str, str] | None = None,
-                read_also: tuple[Path, ...] = ()) -> tuple[list[str], dict[str, str]]:
-        """The argv and environment that run ``args`` confined; ``args`` may start with a tool
-        and go on with :func:`worker_command` (whose ``WORKER_ROOT`` becomes the folder the worker
-        is imported from: the sandbox's copy of it, or the grader's own folder)."""
-        env = worker_env(extra_env)
-        root = str(worker_runtime()) if self.sandboxed else str(PACKAGE_PARENT)
-        args = [root if a is WORKER_ROOT else a for a in args]
-        if self.cupy_cache is not None:
-            # trusted workers share the kernel cache; others start from a copy of their own
-            env["CUPY_CACHE_DIR" if self.trusted else "GRADER_CUPY_SEED"] = str(self.cupy_cache)
-        if not self.sandboxed:
-            env.setdefault("HOME", os.environ.get("HOME", "/tmp"))
-            return args, env
-        cache = (self.cupy_cache,) if self.cupy_cache is not None and self.cupy_cache.is_dir() else ()
-        cmd = self.sandbox.wrap(args, read_only=(Path(root), dirs.inbox, *self.read_only, *read_also, *cache),
-                                writable=(dirs.outbox,), cwd=dirs.outbox)
-        return cmd, env
-
-
-#: Where :func:`worker_command` puts the folder the worker is imported from.
-WORKER_ROOT = object()
-
-
-def worker_command(*args: str) -> list[Any]:
-    """``python -I`` running the worker from the folder :meth:`Isolation.command` fills in."""
-    return [sys.executable, "-I", "-u", "-c", BOOTSTRAP, WORKER_ROOT, *args]
-
-
-def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = confined_env()
-    # The worker caps its own file sizes at start-up: a preexec_fn would not be safe here, where
-    # background threads start processes too (a child can deadlock between fork and exec).
-    env["GRADER_FILE_LIMIT_BYTES"] = str(FILE_LIMIT_BYTES)
-    env.update(extra or {})
-    return env
 
 
 def last_line(text: object) -> str:

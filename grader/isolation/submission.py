@@ -12,7 +12,7 @@ from types import ModuleType
 from ..host.gpu import GpuInfo
 from ..labspec.spec import LabSpec
 from ..outcome import KernelResources
-from .runner import Isolation, RunDirs
+from .launch import Isolation, RunDirs
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from ..host.safeio import read_beneath, write_private
 from ..textutil import CappedOutput, clean
 from ..worker.protocol import Status, Task
 from . import replies
-from .runner import INTERFERED, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, Isolation, RunDirs, describe_exit, last_line, worker_command
+from .launch import Isolation, RunDirs, worker_command
+from .runner import INTERFERED, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, describe_exit, last_line
 
 RESULT_LIMIT_BYTES = 4 << 20  # a one-shot worker's result.json
 #: Stands in a tool's command line for the path of the pipe its log goes to.

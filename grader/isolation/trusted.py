@@ -15,7 +15,8 @@ import threading
 from pathlib import Path
 
 from ..worker.protocol import Task
-from .runner import Isolation, RunDirs, TaskResult, WorkerSession
+from .launch import Isolation, RunDirs
+from .runner import TaskResult, WorkerSession
 
 
 class SharedWorker(WorkerSession):

@@ -14,18 +14,17 @@ import dataclasses
 import difflib
 import math
 import os
-import re
 import stat
 import types
 import typing
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Iterator, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 import yaml
 
 from ..errors import SpecError
-from ..worker import expr
-from .spec import CounterCheck, ExpectedSolutions, LabSpec, ParamValue, SpeedCheck, scored_on_baseline, split_metrics
+from .rules import validate_lab
+from .spec import ExpectedSolutions, LabSpec
 
 __all__ = ["load_lab", "load_expected", "lab_bound", "yaml_fields", "records"]
 
@@ -62,7 +61,7 @@ def load_lab(path: Path | str) -> LabSpec:
     data = _read_yaml(path)
     spec: LabSpec = _Loader(path, lab_folder, bound).build(LabSpec, data, "")
     spec = dataclasses.replace(spec, root=path.parent.resolve(), source=path)
-    _validate_lab(spec, path)
+    validate_lab(spec, path)
     return spec
 
 
@@ -290,118 +289,3 @@ class _Loader:
 
 def _join(key: str, name: str) -> str:
     return f"{key}.{name}" if key else name
-
-
-#: Builds the error for a key of the lab file being validated.
-Fail = Callable[[str, str], SpecError]
-
-
-def _validate_lab(spec: LabSpec, path: Path) -> None:
-    def fail(key: str, message: str) -> SpecError:
-        return SpecError(message, path=path, key=key)
-
-    known_baselines = set(spec.baseline_names)
-    args = spec.launcher.args
-    seen: set[str] = set()
-    for i, arg in enumerate(args):
-        key = f"launcher.args[{i}]"
-        if arg.name in seen:
-            raise fail(f"{key}.name", f"duplicate argument name {arg.name!r}")
-        seen.add(arg.name)
-        if arg.role == "scalar":
-            if arg.ctype is None or not arg.value:
-                raise fail(key, f"scalar argument {arg.name!r} needs 'ctype' and 'value'")
-        elif arg.dtype is None or not arg.shape:
-            raise fail(key, f"array argument {arg.name!r} needs 'dtype' and 'shape'")
-        for text in arg.shape or ((arg.value,) if arg.value else ()):
-            try:
-                expr.names(text)
-            except expr.ExprError as exc:
-                raise fail(f"{key}.{'shape' if arg.shape else 'value'}", str(exc)) from None
-    if not any(a.role == "output" for a in args):
-        raise fail("launcher.args", "the launcher needs at least one argument with role 'output'")
-
-    def check_params(params: Mapping[str, ParamValue], key: str) -> None:
-        # a misspelt parameter is named as the case spells it, with the one it stands in for
-        needed = {n for arg in args for text in arg.shape or (arg.value,) if isinstance(text, str) for n in expr.names(text)}
-        missing = sorted(needed - set(params))
-        for name in sorted(set(params) - needed):
-            near = difflib.get_close_matches(name, missing, n=1)
-            if near:
-                raise fail(f"{key}.{name}", f"unknown parameter {name!r}; did you mean {near[0]!r}? "
-                                            f"(the launcher's arguments use: {', '.join(sorted(needed))})")
-        for arg in args:
-            for text in arg.shape or (arg.value,):
-                try:
-                    val = expr.evaluate(text, params)
-                except expr.ExprError as exc:
-                    raise fail(key, f"{exc} (needed by launcher argument {arg.name!r})") from None
-                if arg.shape and val < 0:
-                    raise fail(key, f"shape of {arg.name!r} is negative ({text} = {val})")
-        try:
-            expr.evaluate(spec.tolerance.reduction_length, params)
-        except expr.ExprError as exc:
-            raise fail("tolerance.reduction_length", str(exc)) from None
-
-    if not spec.correctness.cases:
-        raise fail("correctness.cases", "at least one case is needed")
-    ids: set[str] = set()
-    for i, case in enumerate(spec.correctness.cases):
-        check_params(case.params, f"correctness.cases[{i}].params")
-        if case.label in ids:
-            raise fail(f"correctness.cases[{i}]", f"duplicate case {case.label!r}")
-        ids.add(case.label)
-    for i, static in enumerate(spec.static):
-        _unique(ids, static.id, fail, f"static[{i}].id")
-    for i, tool in enumerate(spec.sanitizers):
-        _unique(ids, tool.id, fail, f"sanitizers[{i}].id")
-        check_params(tool.params, f"sanitizers[{i}].params")
-    if spec.benchmark:
-        check_params(spec.benchmark.params, "benchmark.params")
-        for key in ("flops", "bytes"):
-            try:
-                expr.evaluate(getattr(spec.benchmark, key), spec.benchmark.params)
-            except expr.ExprError as exc:
-                raise fail(f"benchmark.{key}", str(exc)) from None
-        for i, speed in enumerate(spec.benchmark.checks):
-            _unique(ids, speed.id, fail, f"benchmark.checks[{i}].id")
-            _threshold(speed, known_baselines, fail, f"benchmark.checks[{i}]", spec.has_course_files)
-    for i, check in enumerate(spec.counters):
-        key = f"counters[{i}]"
-        _unique(ids, check.id, fail, f"{key}.id")
-        check_params(check.params, f"{key}.params")
-        for field_name in ("metric", "per"):
-            text = getattr(check, field_name)
-            for name in split_metrics(text):
-                if not re.fullmatch(r"[a-z0-9_]+(\.[a-z0-9_]+)*", name):
-                    raise fail(f"{key}.{field_name}", f"not an Nsight Compute metric name: {name!r}")
-        if not split_metrics(check.metric):
-            raise fail(f"{key}.metric", "a metric name is needed")
-        if not check.scale > 0:
-            raise fail(f"{key}.scale", f"must be a positive number, got {check.scale}")
-        if check.kind == "reduction" and not check.baseline:
-            raise fail(f"{key}.baseline", "a 'reduction' counter check compares with a baseline: name one")
-        _threshold(check, known_baselines, fail, key, spec.has_course_files)
-
-
-def _unique(ids: set[str], name: str, fail: Fail, key: str) -> None:
-    if name in ids:
-        raise fail(key, f"duplicate check id {name!r}")
-    ids.add(name)
-
-
-def _threshold(check: SpeedCheck | CounterCheck, known: set[str], fail: Fail, key: str, course: bool) -> None:
-    if check.baseline == "reference" and scored_on_baseline(check) and not check.course_only:
-        raise fail(f"{key}.baseline", "'reference' is the reference solution, which students never get: mark the "
-                                      "check `course_only: true` (grading from a student bundle then skips it)")
-    # a student bundle leaves out what only course-only checks (or an at_most comparison) use
-    left_out = not course and (check.course_only or not scored_on_baseline(check))
-    if check.baseline and check.baseline not in known and not left_out:
-        near = difflib.get_close_matches(check.baseline, sorted(known), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise fail(f"{key}.baseline", f"unknown baseline {check.baseline!r} (known: {', '.join(sorted(known))}){hint}")
-    if getattr(check, "kind", "reduction") == "at_most":
-        if check.full > check.zero:
-            raise fail(key, f"an 'at_most' bound needs 'full' ({check.full}) at or below 'zero' ({check.zero})")
-    elif check.full < check.zero:
-        raise fail(key, f"'full' ({check.full}) must not be below 'zero' ({check.zero})")

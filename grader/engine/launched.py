@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from ..checks.counters import NO_KERNEL, CaseKey, CounterRun, Profiles
 from ..labspec.spec import CounterCheck, LabSpec
-from .counters import NO_KERNEL, CaseKey, CounterRun, Profiles
 
 #: The metric collected where a case is profiled only for its list of kernels: one pass, cheap.
 LIST_METRIC = "gpu__time_duration.sum"
