@@ -9,11 +9,16 @@ import platformdirs
 
 __all__ = ["default_cache_dir", "user_cache_dir"]
 
+APP = "cuda-lab-grader"
+
 
 def user_cache_dir() -> Path:
     """The grader's folder in the user's cache: on Linux ``$XDG_CACHE_HOME/cuda-lab-grader``, by
     default ``~/.cache/cuda-lab-grader``."""
-    return platformdirs.user_cache_path("cuda-lab-grader", appauthor=False)
+    if not os.path.isabs(os.environ.get("XDG_CACHE_HOME") or "/"):
+        # the XDG spec says a relative one is ignored; platformdirs would take it from the working folder
+        return Path.home() / ".cache" / APP
+    return platformdirs.user_cache_path(APP, appauthor=False)
 
 
 def default_cache_dir() -> Path:

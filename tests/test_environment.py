@@ -180,3 +180,15 @@ def test_the_license_file_is_the_one_pyproject_names():
     assert "Permission is hereby granted, free of charge, to any person obtaining a copy" in text
     assert "The above copyright notice and this permission notice shall be included in all" in text
     assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text
+
+
+def test_the_cache_folder_follows_an_absolute_xdg_cache_home_and_ignores_a_relative_one(monkeypatch, tmp_path):
+    from grader.cachedirs import user_cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert user_cache_dir() == tmp_path / "cuda-lab-grader"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # the XDG spec: ignored, never taken from the working folder
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_cache_dir() == tmp_path / "home" / ".cache" / "cuda-lab-grader"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert user_cache_dir() == tmp_path / "home" / ".cache" / "cuda-lab-grader"
