@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from importable import copy_grader
 
 from grader.checks.samples import bound_by_round_trips
 from grader.cli import main as cli_main
@@ -61,7 +62,7 @@ USER_MODE = _user_mode_problem()
 def _public_copy_of_grader() -> Path:
     """A copy of the grader package that an unprivileged user can read."""
     root = Path(tempfile.mkdtemp(prefix="grader-copy-", dir="/tmp"))
-    shutil.copytree(PROJECT_ROOT / "grader", root / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    copy_grader(root)
     shutil.copy(PROBES, root / PROBES.name)
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)

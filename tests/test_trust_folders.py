@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from importable import copy_grader
 
 from grader.classroom import plan, roster
 from grader.classroom.progress import Display
@@ -206,7 +207,7 @@ def attack(mode: str, *args: str) -> dict:
         else:
             if USER_MODE:
                 pytest.skip(f"cannot run as an unprivileged user: {USER_MODE}")
-            shutil.copytree(PROJECT_ROOT / "grader", copy / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+            copy_grader(copy)
             _public(copy)
             cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3", "-I",
                    "-c", ATTACK, str(copy), *args]

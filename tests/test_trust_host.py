@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from importable import copy_grader
 
 from grader.checks import casecache, counters
 from grader.errors import GraderError
@@ -213,12 +214,8 @@ def test_a_held_gpu_lock_is_waited_for_a_bounded_time_and_the_holder_is_named(tm
 
 
 def _importable_copy(folder: Path) -> list[str]:
-    """The grader and filelock copied where another user can import them from."""
-    import filelock
-
-    lib = folder / "pylib"
-    shutil.copytree(ROOT / "grader", lib / "grader", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(Path(filelock.__file__).parent, lib / "filelock", ignore=shutil.ignore_patterns("__pycache__"))
+    """The grader and its libraries copied where another user can import them from."""
+    lib = copy_grader(folder / "pylib")
     for dirpath, _, filenames in os.walk(lib):
         os.chmod(dirpath, 0o755)
         for name in filenames:
