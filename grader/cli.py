@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from . import completion
 from .cachedirs import default_cache_dir
 from .classroom import stopping
+from .classroom.collect import ROSTER, collect, load_entries, parse_time
 from .classroom.progress import make as class_display
 from .classroom.roster import from_folder as roster_folder
 from .classroom.roster import load as load_roster
@@ -32,6 +34,7 @@ from .engine.identity import Identity, completed, file_hashes, identify, single_
 from .engine.repo import grade_repo, repo_labs, submission_rel
 from .errors import GraderError, internal_error_id, internal_error_log
 from .gradebook import diff as class_diff
+from .gradebook.late import LatePolicy, load_policy
 from .gradebook.merge import merge as merge_shards
 from .host.hostdirs import private_dir
 from .host.hostlock import lock_place
@@ -259,11 +262,27 @@ def cmd_check_lab(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_collect(args: argparse.Namespace) -> int:
+    deadline = parse_time(args.deadline, "--deadline")
+    policy = load_policy(args.late_policy) if args.late_policy else LatePolicy()
+    entries = load_entries(args.roster, deadline)
+    started = time.monotonic()
+    rows = collect(entries, args.into, policy, progress=_progress(args))
+    took = time.monotonic() - started
+    done = sum(1 for r in rows if r.commit)
+    print(f"collected {done} of {plural(len(rows), 'student')} in {took:.1f} s into {args.into}: grade them with "
+          f"`cuda-grader grade-class --roster {args.into / ROSTER} --out RESULTS`")
+    for r in rows:
+        if r.problem or r.flags:
+            print(f"  {r.student}: {r.problem or 'flagged: ' + r.flags}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
         "grade": cmd_grade, "grade-repo": cmd_grade_repo, "grade-class": cmd_grade_class, "merge": cmd_merge,
-        "diff": cmd_diff, "validate": cmd_validate, "readme": cmd_readme,
+        "diff": cmd_diff, "validate": cmd_validate, "readme": cmd_readme, "collect": cmd_collect,
         "labs": cmd_labs, "check-lab": cmd_check_lab, "completion": cmd_completion, "release": cmd_release,
     }[args.command]
     try:

@@ -36,6 +36,20 @@ def parser() -> argparse.ArgumentParser:
     _report_options(r)
     _grading_options(r)
 
+    c = sub.add_parser("collect", help="TAs: fetch every student's repository once their deadline has passed and record "
+                                       "the commit found and when (the roster grade-class reads)",
+                       epilog="Run it at the deadline and again at each extension's deadline (cron, a SLURM job, a "
+                              "scheduled workflow: see the README); each run adds what changed to DIR/collected.json "
+                              "and rewrites DIR/roster.csv.")
+    c.add_argument("roster", type=Path, help="CSV of student,repository[,extension]: a URL or a path (relative to the CSV); "
+                                             "an extension is the student's own deadline (ISO 8601) or days added to --deadline")
+    c.add_argument("--deadline", required=True, metavar="TIME", help="the course's deadline, ISO 8601 with its offset "
+                                                                     "(2026-12-01T23:59:00-05:00, or ...Z for UTC)")
+    c.add_argument("--into", type=Path, required=True, metavar="DIR", help="where the clones, collected.json and roster.csv go")
+    c.add_argument("--late-policy", type=Path, metavar="YAML", help="late_days, penalty_per_day (percent), grace_minutes "
+                                                                     "(default: no late work accepted)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no line per student")
+
     k = sub.add_parser("grade-class", help="TAs: grade a whole class (a folder of student repositories, or a roster CSV) "
                                            "into one results folder with grades.csv and summary.md")
     k.add_argument("class_dir", nargs="?", type=Path, help="a folder holding one repository per student (the folder's name is the student id)")

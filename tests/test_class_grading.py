@@ -119,13 +119,22 @@ def _report(out: Path, sid: str) -> dict:
     return json.loads((out / "students" / sid / "report.json").read_text())
 
 
+TEXT_COLUMNS = ("student", "status", "problems", "commit", "not_run", "late_flags")
+
+
 def _numeric(row: dict[str, str]) -> dict[str, object]:
-    return {k: (float(v) if k not in ("student", "status", "problems", "commit", "not_run") else v) for k, v in row.items()}
+    """A row as the schema reads it: numbers converted, an empty late_days or penalty left as text."""
+    def value(k: str, v: str) -> object:
+        if k in TEXT_COLUMNS or (k in ("late_days", "penalty") and v == ""):
+            return v
+        return int(v) if k == "late_days" else float(v)
+    return {k: value(k, v) for k, v in row.items()}
 
 
 def test_grades_csv_has_one_row_per_student_and_validates(single):
     header, rows = _rows(single)
-    assert header == ["student", *LABS, "total", "max_total", "status", "problems", "commit", "not_run"]
+    assert header == ["student", *LABS, "total", "max_total", "status", "problems", "commit", "not_run",
+                      "raw_total", "late_days", "penalty", "late_flags"]
     assert {r["not_run"] for r in rows.values()} == {"gpu"}  # graded with --no-gpu: no row is a final grade
     assert list(rows) == ROSTER_ORDER
     validator = _schema("grades.schema.json")

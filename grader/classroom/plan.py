@@ -47,6 +47,8 @@ def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | No
     """(folder to grade, commit, failure) for one student."""
     path = student.path
     where = f"{path}" + (f" (roster line {student.line})" if student.line else "")
+    if student.problem:  # the collected roster says why there is nothing to grade
+        return None, None, student.problem
     if path.is_symlink():
         # a link to a classmate's folder (or anywhere) is not this student's work
         return None, None, f"is a symbolic link (to {os.readlink(path)}), not the student's own folder: {where}"
@@ -80,7 +82,7 @@ def plan_student(student: Student, specs: list[LabSpec], options: GradeOptions, 
         root, commit, failure = None, None, f"cannot read {student.path}: {exc.strerror or exc}"
     files = file_hashes(root, rels) if root is not None else {rel: None for rel in rels}
     identity = identify(specs, files, options, student=student.id, repository=student.path, commit=commit, where=where,
-                        location=labs, outputs=outputs)
+                        location=labs, outputs=outputs, late=student.late)
     return StudentJob(student, tuple(s.id for s in specs), root, failure, identity, student_folder(out, student.id))
 
 

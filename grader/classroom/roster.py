@@ -2,7 +2,9 @@
 
 A folder: every sub-folder is one student's repository, the folder's name their id. A roster:
 CSV with a ``student,path`` header and an optional ``commit`` column (the commit to grade: a hash,
-a tag or a branch); paths are relative to the roster's folder. Blank lines and lines starting
+a tag or a branch); paths are relative to the roster's folder. The roster ``cuda-grader collect``
+writes has the ``COLLECTED`` columns too: a student's late days and penalty go into their results,
+and a ``problem`` (nothing collected) is their row's error. Blank lines and lines starting
 with ``#`` are ignored. A bad line is an input error naming the file, the line and the problem.
 
 A student's folder must be the folder itself: one that is a symbolic link (in a folder of
@@ -19,14 +21,20 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from ..errors import GraderError
 from ..isolation.gitinfo import REV_PATTERN
 
 #: A student id names the student's output folder and CSV row: letters, digits and ``._@+-``.
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$")
-COLUMNS = ("student", "path", "commit")
+#: What ``cuda-grader collect`` adds: when the commit was first collected, the student's deadline,
+#: the late days and penalty of the late policy, flags, and why nothing was collected.
+COLLECTED = ("collected_at", "deadline", "late_days", "penalty", "flags", "problem")
+COLUMNS = ("student", "path", "commit", *COLLECTED)
 REQUIRED = ("student", "path")
+#: The columns of a roster without a header.
+PLAIN = ("student", "path", "commit")
 
 
 class RosterError(GraderError):
@@ -39,6 +47,8 @@ class Student:
     path: Path  # the student's repository
     commit: str | None = None  # grade this commit instead of the work tree
     line: int = 0  # where the roster names them (0: found as a folder)
+    late: Mapping[str, Any] | None = None  # from a collected roster: deadline, collected_at, late_days, penalty, flags
+    problem: str = ""  # from a collected roster: why there is nothing to grade
 
 
 def id_problem(student_id: str) -> str:
@@ -101,7 +111,8 @@ def _header(row: list[str], where: str) -> list[str] | None:
         if name not in COLUMNS:
             near = difflib.get_close_matches(name, COLUMNS, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise RosterError(f"unknown column {name!r} (columns: {', '.join(COLUMNS)}){hint}", path=where)
+            raise RosterError(f"unknown column {name!r} (columns: {', '.join(PLAIN)}){hint}; a roster written by "
+                              f"`cuda-grader collect` has {', '.join(COLLECTED)} too", path=where)
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise RosterError(f"the header has no {' or '.join(repr(m) for m in missing)} column", path=where)
@@ -126,7 +137,7 @@ def parse(text: str, source: Path) -> list[Student]:
             raise RosterError(f"not a CSV line ({exc})", path=where) from None
         if columns is None:
             header = _header(row, where)
-            columns = header or list(COLUMNS)
+            columns = header or list(PLAIN)
             if header is not None:
                 continue
         if len(row) > len(columns) or len(row) < len(REQUIRED):
@@ -143,10 +154,29 @@ def parse(text: str, source: Path) -> list[Student]:
         if commit is not None and not REV_PATTERN.match(commit):
             raise RosterError(f"commit {commit!r} is not a commit hash, tag or branch name", path=where)
         seen[sid] = number
-        students.append(Student(sid, (base / path) if not Path(path).is_absolute() else Path(path), commit, number))
+        students.append(Student(sid, (base / path) if not Path(path).is_absolute() else Path(path), commit, number,
+                                _late(fields, where), fields.get("problem", "")))
     if not students:
         raise RosterError("no students in the roster", path=source)
     return students
+
+
+def _late(fields: Mapping[str, str], where: str) -> Mapping[str, Any] | None:
+    """The late columns of a collected roster (None where there are none)."""
+    if not fields.get("collected_at"):
+        return None
+    try:
+        days = int(fields.get("late_days") or 0)
+        penalty = float(fields.get("penalty") or 0)
+    except ValueError:
+        raise RosterError(f"late_days {fields.get('late_days')!r} and penalty {fields.get('penalty')!r} must be numbers",
+                          path=where) from None
+    if days < 0 or not 0 <= penalty <= 1:
+        raise RosterError(f"late_days must be 0 or more and penalty a fraction from 0 to 1, got {days} and {penalty}",
+                          path=where)
+    flags = [f.strip() for f in (fields.get("flags") or "").split(" | ") if f.strip()]
+    return {"deadline": fields.get("deadline", ""), "collected_at": fields["collected_at"], "late_days": days,
+            "penalty": penalty, "flags": flags}
 
 
 def load(roster: Path) -> list[Student]:

@@ -146,22 +146,26 @@ class Identity:
     gpu: str = ""  # the GPU's name, or "none: why"
     driver: str | None = None
     sandbox: str = ""
+    late: Mapping[str, Any] | None = None  # from a collected roster: deadline, collected_at, late_days, penalty, flags
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["files"], d["labs"] = dict(self.files), dict(self.labs)
+        d["late"] = dict(self.late) if self.late is not None else None
         return d
 
 
 def identify(specs: list[LabSpec], files: Mapping[str, str | None], options: GradeOptions, *,
              student: str | None = None, repository: Path | None = None, commit: str | None = None,
-             where: str = "", location: paths.LabsLocation | None = None, outputs: Mapping[str, str] | None = None) -> Identity:
+             where: str = "", location: paths.LabsLocation | None = None, outputs: Mapping[str, str] | None = None,
+             late: Mapping[str, Any] | None = None) -> Identity:
     """The identity of a grading about to run (when and where are filled in by :func:`completed`);
     ``location``: where the labs were found (default: as this process finds them)."""
     labs = {spec.id: lab_version(spec) for spec in specs}
     used = labs_used(specs, location)
     return Identity(student, str(repository.absolute()) if repository is not None else None, commit, dict(files), labs,
-                    content_hash(files, labs, options, where, outputs), used.origin, used.folder, used.hash)
+                    content_hash(files, labs, options, where, {**(outputs or {}), **({"late": json.dumps(late, sort_keys=True)} if late else {})}),
+                    used.origin, used.folder, used.hash, late=late)
 
 
 def completed(identity: Identity, reports: list[LabReport], options: GradeOptions) -> Identity:

@@ -9,7 +9,10 @@ the options. ``merge`` checks shards against each other with it.
 ``student`` first, then one column per lab (points), ``total``, ``max_total``, ``status`` (``ok`` or
 ``error``), ``problems`` (the first error of each lab that hit one), ``commit`` and ``not_run`` (the
 families of checks that did not run for the student: ``gpu``, or ``timing``, ``counters``,
-``sanitizers`` turned off; a row with any is not a final grade).
+``sanitizers`` turned off; a row with any is not a final grade), then, from a roster written by
+``cuda-grader collect``, ``raw_total`` (before the late penalty; ``total`` is after it),
+``late_days``, ``penalty`` (the fraction taken) and ``late_flags`` (what the commits claimed that
+the collection contradicts, force pushes).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ GRADES = "grades.csv"
 SUMMARY = "summary.md"
 MANIFEST_VERSION = 1
 #: The columns of grades.csv after the labs'.
-TAIL_COLUMNS = ("total", "max_total", "status", "problems", "commit", "not_run")
+TAIL_COLUMNS = ("total", "max_total", "status", "problems", "commit", "not_run", "raw_total", "late_days", "penalty", "late_flags")
 #: The option of each family of GPU checks that can be turned off (class.json's options).
 FAMILIES = ("timing", "counters", "sanitizers")
 
@@ -94,8 +97,10 @@ def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
     writer.writerow(["student", *manifest.lab_ids, *TAIL_COLUMNS])
     for r in rows:
         scores = [fmt_points(s) if (s := r.score(lab)) is not None else "" for lab in manifest.lab_ids]
+        late = r.late or {}
         writer.writerow([r.student, *scores, fmt_points(r.total), fmt_points(manifest.max_total), r.status,
-                         _cell("; ".join(r.problems)), r.commit or "", " ".join(not_run(manifest, r))])
+                         _cell("; ".join(r.problems)), r.commit or "", " ".join(not_run(manifest, r)), fmt_points(r.raw_total),
+                         str(late.get("late_days", "")), f"{r.penalty:.4g}" if r.late else "", _cell(" | ".join(late.get("flags", [])))])
     return buf.getvalue()
 
 

@@ -54,10 +54,22 @@ class StudentRecord:
     commit: str | None = None
     graded: bool = True  # False: no results were found for this student
     gpu: str = ""  # the GPU graded on, or "none: why" (the GPU checks did not run)
+    late: Mapping[str, Any] | None = None  # from a collected roster: late_days, penalty, flags
+
+    @property
+    def raw_total(self) -> float:
+        """The labs' points, before any late penalty."""
+        return round(sum(lab.score for lab in self.labs), 2)
+
+    @property
+    def penalty(self) -> float:
+        """The fraction the late policy takes off (0 without a collected roster)."""
+        return float(self.late.get("penalty", 0.0)) if self.late else 0.0
 
     @property
     def total(self) -> float:
-        return round(sum(lab.score for lab in self.labs), 2)
+        """The score: the labs' points less the late penalty."""
+        return round(self.raw_total * (1 - self.penalty), 2)
 
     def score(self, lab: str) -> float | None:
         return next((s.score for s in self.labs if s.lab == lab), None)
@@ -107,9 +119,9 @@ def record_from(doc: Mapping[str, Any], student: str) -> StudentRecord:
             verdicts.append(Verdict(str(lab["lab"]), str(c["id"]), str(c["outcome"]), float(c["points"]),
                                     float(c["max_points"]), str(c.get("message", ""))))
     identity = doc.get("identity") or {}
-    commit, gpu = identity.get("commit"), identity.get("gpu")
+    commit, gpu, late = identity.get("commit"), identity.get("gpu"), identity.get("late")
     return StudentRecord(student, tuple(labs), tuple(verdicts), commit if isinstance(commit, str) else None,
-                         gpu=gpu if isinstance(gpu, str) else "")
+                         gpu=gpu if isinstance(gpu, str) else "", late=late if isinstance(late, dict) else None)
 
 
 def load(folder: Path, student: str) -> StudentRecord:

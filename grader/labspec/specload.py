@@ -58,7 +58,7 @@ def load_lab(path: Path | str) -> LabSpec:
     lab_folder = Path(os.path.abspath(path.parent))
     bound = lab_bound(lab_folder)
     _not_a_link(path, lab_folder, bound)
-    data = _read_yaml(path)
+    data = read_yaml(path)
     spec: LabSpec = _Loader(path, lab_folder, bound).build(LabSpec, data, "")
     spec = dataclasses.replace(spec, root=path.parent.resolve(), source=path)
     validate_lab(spec, path)
@@ -73,7 +73,7 @@ def load_expected(path: Path | str) -> ExpectedSolutions:
     lab_folder = Path(os.path.abspath(path.parent.parent))
     bound = _course_holding(lab_folder) or lab_bound(lab_folder)
     _not_a_link(path, lab_folder, bound)
-    expected: ExpectedSolutions = _Loader(path, lab_folder, bound).build(ExpectedSolutions, _read_yaml(path), "")
+    expected: ExpectedSolutions = _Loader(path, lab_folder, bound).build(ExpectedSolutions, read_yaml(path), "")
     return expected
 
 
@@ -132,7 +132,7 @@ def _is_mapping(origin: Any) -> bool:
     return origin in (Mapping, dict, typing.Mapping) or (origin is not None and origin.__name__ == "Mapping")
 
 
-def _read_yaml(path: Path) -> Any:
+def read_yaml(path: Path) -> Any:
     if not path.exists():
         raise SpecError("file not found", path=path)
     if path.is_dir():

@@ -1,0 +1,257 @@
+"""``cuda-grader collect``: the commit each student had at their deadline, from local bare
+repositories (no network): deadlines, extensions, late days, force pushes, commits whose dates lie,
+missing and empty repositories; and the roster it writes, graded with the late policy applied."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grader import cli
+from grader.classroom import roster
+from grader.classroom.collect import ROSTER, STATE, Entry, collect, load_entries, parse_time
+from grader.errors import GraderError, SpecError
+from grader.gradebook.late import LatePolicy, load_policy
+from grader.labspec.labs import find_lab
+
+DEADLINE = datetime.datetime(2026, 12, 1, 23, 59, tzinfo=datetime.timezone.utc)
+HOUR, DAY = datetime.timedelta(hours=1), datetime.timedelta(days=1)
+POLICY = LatePolicy(late_days=3, penalty_per_day=10, grace_minutes=15)
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def _git(cwd: Path, *args: str, when: datetime.datetime | None = None) -> str:
+    env = {"PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@x", "GIT_COMMITTER_NAME": "s", "GIT_COMMITTER_EMAIL": "s@x"}
+    if when is not None:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = when.isoformat()
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+class Student:
+    """A student's work folder and the bare repository they push to."""
+
+    def __init__(self, base: Path, name: str) -> None:
+        self.bare, self.work = base / "remotes" / f"{name}.git", base / "work" / name
+        self.bare.parent.mkdir(parents=True, exist_ok=True)
+        _git(base, "init", "--quiet", "--bare", "--initial-branch=main", str(self.bare))
+        self.work.mkdir(parents=True)
+        _git(self.work, "init", "--quiet", "--initial-branch=main")
+        _git(self.work, "remote", "add", "origin", str(self.bare))
+
+    def commit(self, text: str, dated: datetime.datetime, source: Path | None = None) -> str:
+        target = self.work / "labs" / "tiled_matmul" / "student.cu"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source.read_text() + f"\n// {text}\n" if source else f"// {text}\n")
+        _git(self.work, "add", "-A")
+        _git(self.work, "commit", "--quiet", "-m", text, when=dated)
+        return _git(self.work, "rev-parse", "HEAD")
+
+    def push(self, force: bool = False) -> None:
+        _git(self.work, "push", "--quiet", *(["--force"] if force else []), "origin", "main")
+
+
+def _entries(students: dict[str, Student], extension: dict[str, str] | None = None, base: Path | None = None) -> list[Entry]:
+    path = (base or next(iter(students.values())).bare.parent.parent) / "collect.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["student,repository,extension"] + [f"{n},{s.bare},{(extension or {}).get(n, '')}" for n, s in students.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return load_entries(path, DEADLINE)
+
+
+def _rows(folder: Path) -> dict[str, dict[str, str]]:
+    with open(folder / ROSTER, newline="", encoding="utf-8") as fh:
+        return {r["student"]: r for r in csv.DictReader(fh)}
+
+
+def test_the_commit_at_the_deadline_is_graded_and_later_work_is_late_by_when_it_was_collected(tmp_path):
+    alice = Student(tmp_path, "alice")
+    first = alice.commit("v1", DEADLINE - DAY)
+    alice.push()
+    out = tmp_path / "collected"
+    entries = _entries({"alice": alice})
+    early = collect(entries, out, POLICY, now=DEADLINE - HOUR)
+    assert early[0].commit == "" and "not collected yet" in early[0].problem and "not yet due" in early[0].note
+    collect(entries, out, POLICY, now=DEADLINE + datetime.timedelta(minutes=2))  # the job at the deadline, a little late
+    row = _rows(out)["alice"]
+    assert (row["commit"], row["late_days"], row["penalty"], row["flags"], row["problem"]) == (first, "0", "0", "", "")
+    again = collect(entries, out, POLICY, now=DEADLINE + 10 * HOUR)
+    assert again[0].commit == first and again[0].note.startswith("unchanged since")
+    second = alice.commit("v2", DEADLINE + 20 * HOUR)
+    alice.push()
+    collect(entries, out, POLICY, now=DEADLINE + 30 * HOUR)  # first seen 30 h late: two days (a part of one counts)
+    row = _rows(out)["alice"]
+    assert (row["commit"], row["late_days"], row["penalty"]) == (second, "2", "0.2")
+    assert row["collected_at"] == "2026-12-03T05:59:00Z"
+    alice.commit("v3 after the cut-off", DEADLINE + 4 * DAY)
+    alice.push()
+    collect(entries, out, POLICY, now=DEADLINE + 4 * DAY)
+    assert _rows(out)["alice"]["commit"] == second  # the last collection before the cut-off stands
+    state = json.loads((out / STATE).read_text())["students"]["alice"]
+    assert [c["commit"][:7] for c in state["collections"]][:2] == [first[:7], second[:7]] and len(state["collections"]) == 3
+
+
+def test_a_student_with_an_extension_is_collected_at_their_own_deadline(tmp_path):
+    alice, bob = Student(tmp_path, "alice"), Student(tmp_path, "bob")
+    alice.commit("a", DEADLINE - DAY)
+    alice.push()
+    bob.commit("b1", DEADLINE - DAY)
+    bob.push()
+    out = tmp_path / "collected"
+    entries = _entries({"alice": alice, "bob": bob}, {"bob": "2"})
+    assert entries[1].deadline == DEADLINE + 2 * DAY
+    collect(entries, out, POLICY, now=DEADLINE)
+    rows = _rows(out)
+    assert rows["alice"]["commit"] and rows["bob"]["commit"] == "" and "not collected yet" in rows["bob"]["problem"]
+    b2 = bob.commit("b2", DEADLINE + DAY)
+    bob.push()
+    collect(entries, out, POLICY, now=DEADLINE + 2 * DAY)
+    rows = _rows(out)
+    assert (rows["bob"]["commit"], rows["bob"]["late_days"], rows["bob"]["deadline"]) == (b2, "0", "2026-12-03T23:59:00Z")
+    explicit = _entries({"alice": alice, "bob": bob}, {"bob": "2026-12-05T12:00:00-05:00"}, tmp_path / "other")
+    assert explicit[1].deadline == datetime.datetime(2026, 12, 5, 17, 0, tzinfo=datetime.timezone.utc)
+
+
+def test_a_history_rewritten_between_two_collections_is_flagged(tmp_path):
+    alice = Student(tmp_path, "alice")
+    alice.commit("v1", DEADLINE - 2 * DAY)
+    kept = alice.commit("v2", DEADLINE - DAY)
+    alice.push()
+    out = tmp_path / "collected"
+    entries = _entries({"alice": alice})
+    collect(entries, out, POLICY, now=DEADLINE)
+    _git(alice.work, "reset", "--quiet", "--hard", "HEAD~1")
+    rewritten = alice.commit("v2, rewritten", DEADLINE - DAY)  # dated before the deadline too
+    alice.push(force=True)
+    collect(entries, out, POLICY, now=DEADLINE + 5 * HOUR)
+    row = _rows(out)["alice"]
+    assert row["commit"] == rewritten and row["late_days"] == "1"
+    assert f"(force push): {kept[:12]} is not in the new history" in row["flags"]
+    assert "before the deadline, but first collected at 2026-12-02T04:59:00Z" in row["flags"]
+
+
+def test_a_back_dated_commit_is_late_by_its_collection_and_a_future_dated_one_is_flagged(tmp_path):
+    late, future = Student(tmp_path, "late"), Student(tmp_path, "future")
+    late.commit("started", DEADLINE - 3 * DAY)
+    late.push()
+    future.commit("claims to be after the deadline", DEADLINE + 5 * DAY)
+    future.push()
+    out = tmp_path / "collected"
+    entries = _entries({"late": late, "future": future})
+    collect(entries, out, POLICY, now=DEADLINE)
+    late.commit("finished, back-dated", DEADLINE - 2 * DAY)
+    late.push()
+    collect(entries, out, POLICY, now=DEADLINE + DAY + HOUR)
+    rows = _rows(out)
+    assert (rows["late"]["late_days"], rows["late"]["penalty"]) == ("2", "0.2")
+    assert "commit dated 2026-11-29T23:59:00Z, before the deadline, but first collected" in rows["late"]["flags"]
+    assert rows["future"]["late_days"] == "0"
+    assert "commit dated 2026-12-06T23:59:00Z, after the deadline, yet collected at 2026-12-01T23:59:00Z" in rows["future"]["flags"]
+
+
+def test_a_missing_or_empty_repository_is_that_students_row(tmp_path):
+    alice = Student(tmp_path, "alice")
+    alice.commit("v1", DEADLINE - DAY)
+    alice.push()
+    empty = tmp_path / "remotes" / "empty.git"
+    _git(tmp_path, "init", "--quiet", "--bare", str(empty))
+    csv_path = tmp_path / "collect.csv"
+    csv_path.write_text(f"alice,{alice.bare}\ngone,{tmp_path / 'remotes' / 'gone.git'}\nempty,remotes/empty.git\n")
+    rows = {r.student: r for r in collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, now=DEADLINE)}
+    assert rows["alice"].commit and not rows["alice"].problem
+    assert rows["gone"].problem == "collect: repository not found (gone, renamed, or private to this account)"
+    assert rows["empty"].problem == "collect: the repository is empty (no commit on its default branch)"
+    alice_later = collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, now=DEADLINE + HOUR)
+    assert alice_later[0].commit == rows["alice"].commit
+
+
+def test_the_collect_roster_is_refused_with_the_line_and_the_problem(tmp_path):
+    path = tmp_path / "collect.csv"
+    for text, needle in (("alice\n", "expected student,repository[,extension]"),
+                         ("alice,r\nalice,s\n", "listed twice (first on line 1)"),
+                         ("al ice,r\n", "may hold only letters"),
+                         ("alice,r,next week\n", "expected an ISO 8601 time")):
+        path.write_text(text)
+        with pytest.raises(GraderError, match="collect.csv:") as exc:
+            load_entries(path, DEADLINE)
+        assert needle in str(exc.value)
+    with pytest.raises(GraderError, match="has no time zone"):
+        parse_time("2026-12-01T23:59:00", "--deadline")
+
+
+def test_the_late_policy_names_the_file_key_and_value(tmp_path):
+    path = tmp_path / "late.yaml"
+    path.write_text("late_days: 2\npenalty_per_day: 12.5\n")
+    policy = load_policy(path)
+    assert policy == LatePolicy(2, 12.5, 15.0)
+    assert (policy.penalty(0), policy.penalty(2), policy.penalty(3)) == (0.0, 0.25, 1.0)
+    for text, needle in (("late_day: 2\n", "late_day: unknown key; did you mean 'late_days'?"),
+                         ("late_days: -1\n", "late_days: expected a number of 0 or more, got -1"),
+                         ("late_days: 1.5\n", "late_days: expected a whole number of days"),
+                         ("penalty_per_day: 120\n", "penalty_per_day: expected a percentage of 100 or less")):
+        path.write_text(text)
+        with pytest.raises(SpecError) as exc:
+            load_policy(path)
+        assert str(exc.value) == f"{path}: {needle}" or str(exc.value).startswith(f"{path}: {needle}")
+
+
+def test_a_collected_roster_is_graded_with_the_late_penalty_beside_the_raw_score(tmp_path, capsys):
+    ontime, late = Student(tmp_path, "ontime"), Student(tmp_path, "late")
+    reference = find_lab("tiled_matmul").files.reference
+    ontime.commit("done", DEADLINE - DAY, reference)
+    ontime.push()
+    late.commit("started", DEADLINE - DAY)
+    late.push()
+    folder = tmp_path / "collected"
+    entries = _entries({"ontime": ontime, "late": late, "gone": Student(tmp_path, "gone")})
+    collect(entries, folder, POLICY, now=DEADLINE)
+    late.commit("done late", DEADLINE + DAY, reference)
+    late.push()
+    collect(entries, folder, POLICY, now=DEADLINE + 36 * HOUR)
+    assert roster.load(folder / ROSTER)[1].late == {"deadline": "2026-12-01T23:59:00Z", "collected_at": "2026-12-03T11:59:00Z",
+                                                   "late_days": 2, "penalty": 0.2, "flags": []}
+    results = tmp_path / "results"
+    code = cli.main(["grade-class", "--roster", str(folder / ROSTER), "--out", str(results), "--lab", "tiled_matmul",
+                     "--no-gpu", "-q"])
+    assert code == 0, capsys.readouterr()
+    with open(results / "grades.csv", newline="", encoding="utf-8") as fh:
+        rows = {r["student"]: r for r in csv.DictReader(fh)}
+    assert rows["ontime"]["raw_total"] == rows["late"]["raw_total"] == rows["ontime"]["total"] != "0"
+    assert (rows["late"]["late_days"], rows["late"]["penalty"]) == ("2", "0.2")
+    assert float(rows["late"]["total"]) == pytest.approx(round(float(rows["late"]["raw_total"]) * 0.8, 2))
+    assert rows["gone"]["status"] == "error" and "collect: the repository is empty" in rows["gone"]["problems"]
+    assert json.loads((results / "students" / "late" / "report.json").read_text())["identity"]["late"]["late_days"] == 2
+
+
+def test_the_command_collects_and_says_what_to_grade_next(tmp_path, capsys):
+    alice = Student(tmp_path, "alice")
+    alice.commit("v1", datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc))
+    alice.push()
+    (tmp_path / "collect.csv").write_text(f"alice,{alice.bare}\nbob,missing.git\n")
+    code = cli.main(["collect", str(tmp_path / "collect.csv"), "--deadline", "2026-01-02T00:00:00Z",
+                     "--into", str(tmp_path / "c"), "-q"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "collected 1 of 2 students in " in out and f"--roster {tmp_path / 'c' / ROSTER}" in out
+    assert "bob: collect: repository not found" in out
+    assert cli.main(["collect", str(tmp_path / "collect.csv"), "--deadline", "tomorrow", "--into", str(tmp_path / "c")]) == 2
+
+
+def test_a_collected_roster_with_bad_late_columns_names_the_line(tmp_path):
+    path = tmp_path / "roster.csv"
+    path.write_text("student,path,commit,collected_at,deadline,late_days,penalty,flags,problem\n"
+                    "alice,repos/alice,,2026-12-02T00:00:00Z,2026-12-01T23:59:00Z,two,0.1,,\n")
+    with pytest.raises(GraderError, match=r"roster.csv:2: late_days 'two' and penalty '0.1' must be numbers"):
+        roster.load(path)
+    path.write_text("student,path,commit,collected_at,deadline,late_days,penalty,flags,problem\n"
+                    "alice,repos/alice,,2026-12-02T00:00:00Z,2026-12-01T23:59:00Z,1,1.5,,\n")
+    with pytest.raises(GraderError, match="penalty a fraction from 0 to 1"):
+        roster.load(path)
