@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 from . import completion
 from .cachedirs import default_cache_dir
@@ -34,8 +35,11 @@ from .engine.identity import Identity, completed, file_hashes, identify, single_
 from .engine.repo import grade_repo, repo_labs, submission_rel
 from .errors import GraderError, internal_error_id, internal_error_log
 from .gradebook import diff as class_diff
+from .gradebook import lms
+from .gradebook.grades import read_manifest
 from .gradebook.late import LatePolicy, load_policy
 from .gradebook.merge import merge as merge_shards
+from .gradebook.records import StudentRecord
 from .host.hostdirs import private_dir
 from .host.hostlock import lock_place
 from .host.safeio import regular_file
@@ -161,6 +165,7 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
         raise GraderError(f"--jobs: expected a positive number, got {args.jobs}")
     course_labs("grade-class")  # before anything is read: a repository's own lab files never grade a class
     stopping.install()  # Ctrl-C, SIGTERM, SIGHUP: students in flight are not published
+    exports = _exports(args)  # a mapping that cannot be read stops the run before anything is graded
     roster = load_roster(args.roster) if args.roster else roster_folder(args.class_dir)
     cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force,
                        parse_shard(args.shard) if args.shard else None, args.gpus, args.jobs,
@@ -171,12 +176,44 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
           f"{args.out}/summary.md, one folder per student in {args.out}/students")
     for r in troubled:
         print(neutralize_commands(clean_line(f"  {r.student}: {'; '.join(r.problems)}"))[:300])
+    _write_exports(exports, args, args.out, list(run.rows))
     return EXIT_OK
 
 
+def _exports(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(format, key) of each --export, checked before any grading."""
+    if not args.export:
+        if args.lms_map or args.lms_key:
+            raise GraderError("--lms-map and --lms-key go with --export canvas or --export moodle")
+        return []
+    if len(set(args.export)) > 1 and args.lms_map:
+        raise GraderError("--export canvas and moodle take different --lms-map files: export one at a time")
+    if args.lms_map is None or not args.lms_map.is_file():
+        raise GraderError(f"--export {args.export[0]} needs --lms-map CSV (" + ("the gradebook exported from Canvas"
+                          if args.export[0] == "canvas" else "student,<idnumber|email|username>") + ")"
+                          + (f": {args.lms_map} is not a file" if args.lms_map else ""))
+    out = []
+    for fmt in dict.fromkeys(args.export):
+        key = args.lms_key or lms.default_key(fmt)
+        lms.check_key(fmt, key)
+        out.append((fmt, key))
+    return out
+
+
+def _write_exports(exports: list[tuple[str, str]], args: argparse.Namespace, out: Path, rows: list[StudentRecord]) -> None:
+    labs = read_manifest(out).labs
+    for fmt, key in exports:
+        path, notes = lms.export(fmt, out, labs, rows, args.lms_map, key)
+        print(f"{fmt}: {path} ({plural(len(rows), 'student')}, matched by {key})")
+        for note in notes:
+            print(f"  {note}")
+
+
 def cmd_merge(args: argparse.Namespace) -> int:
+    exports = _exports(args)
     rows = merge_shards(args.shards, args.out)
     print(f"merged {len(args.shards)} shards: {len(rows)} students in {args.out}/grades.csv and {args.out}/summary.md")
+    _write_exports(exports, args, args.out, rows)
     return EXIT_OK
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import __version__, completion
 from .classroom.run import ClassOptions
-from .gradebook import gradescope
+from .gradebook import gradescope, lms
 from .isolation.options import GradeOptions
 from .labspec.paths import BUNDLE_LABS
 
@@ -64,11 +64,13 @@ def parser() -> argparse.ArgumentParser:
                    help="visibility of the tests in each results.json (default: %(default)s)")
     k.add_argument("--health-wait", type=_seconds, default=ClassOptions.health_wait_s, metavar="SECONDS",
                    help="the longest a timing waits for a busy, hot or throttled GPU before going ahead marked noisy (default: %(default)g)")
+    _export_options(k)
     _grading_options(k)
 
     mg = sub.add_parser("merge", help="TAs: combine the results folders of --shard runs into one (the files a single run writes)")
     mg.add_argument("shards", nargs="+", type=Path, metavar="SHARD_DIR", help="the results folder of each --shard run (every shard once)")
     mg.add_argument("--out", type=Path, required=True, help="the merged results folder")
+    _export_options(mg)
 
     df = sub.add_parser("diff", help="TAs: list the students whose score or check verdicts changed between two class runs")
     df.add_argument("old", type=Path, metavar="OLD", help="the earlier class run's results folder")
@@ -102,6 +104,15 @@ def parser() -> argparse.ArgumentParser:
     for parser in sub.choices.values():
         _labs_option(parser, argparse.SUPPRESS)
     return p
+
+
+def _export_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--export", action="append", choices=lms.FORMATS, help="also write canvas.csv or moodle.csv, "
+                   "files Canvas or Moodle import as they are (repeatable)")
+    p.add_argument("--lms-map", type=Path, metavar="CSV", help="with --export canvas: the gradebook CSV exported from "
+                   "Canvas; moodle: a CSV of student,<key> (the student ids of the results and their Moodle identifier)")
+    p.add_argument("--lms-key", metavar="COLUMN", help="how students are matched: canvas 'SIS Login ID' (default), "
+                   "'SIS User ID' or 'ID'; moodle idnumber (default), email or username")
 
 
 def _labs_option(p: argparse.ArgumentParser, default: object) -> None:
