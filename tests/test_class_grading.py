@@ -193,6 +193,11 @@ def test_gradescope_results_validate_and_match_the_reports(single):
         assert [t["score"] for t in results["tests"]] == [c["points"] for _, c in checks]
         assert [t["status"] == "passed" for t in results["tests"]] == [c["outcome"] == "pass" for _, c in checks]
         assert results["extra_data"]["identity"]["content_hash"] == report["identity"]["content_hash"]
+        assert results["extra_data"]["gpu"]["name"] == report["identity"]["gpu"] and 0 <= results["execution_time"] < 600
+        assert [t["number"] for t in results["tests"]] == [f"{k + 1}.{n + 1}" for k, r in enumerate(report["labs"])
+                                                          for n in range(len(r["checks"]))]
+        assert [t["tags"][:2] for t in results["tests"]] == [[lab, c["stage"]] for lab, c in checks]
+        assert "leaderboard" not in results  # graded without a GPU: nothing was timed
 
 
 def test_a_student_graded_in_the_class_gets_what_grading_the_repository_alone_gives(single, klass):
@@ -329,6 +334,7 @@ def _normalised(path: Path) -> object:
     doc = json.loads(path.read_text())
     who = doc.get("identity") or doc.get("extra_data", {}).get("identity") or {}
     who.pop("graded_at", None)
+    doc.pop("execution_time", None)
     for lab in doc.get("labs", []):
         lab.pop("stage_seconds", None)
         lab.get("environment", {}).pop("build_cached", None)
@@ -464,6 +470,19 @@ def test_the_slurm_script_grades_one_shard_per_task_and_merges_them(klass, tmp_p
     assert done.returncode == 0, done.stderr
     assert "warning: could not submit the merge step" in done.stderr and f"--merge {refused} 2" in done.stderr
     assert (refused / "shards" / "1" / "grades.csv").is_file()
+
+
+def test_the_leaderboard_ranks_each_timed_labs_speed_against_the_reference():
+    from grader.gradebook import gradescope
+    from grader.outcome import LabReport
+
+    timed = LabReport("tiled_matmul", "Tiled", "labs/tiled_matmul/student.cu", (),
+                      timings={"student": {"median_ms": 2.0}, "reference": {"median_ms": 3.0}, "naive": {"median_ms": 9.0}})
+    untimed = LabReport("histogram", "Histogram", "labs/histogram/student.cu", (), timings={"reference": {"median_ms": 1.0}})
+    doc = gradescope.results([timed, untimed], {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580"}, execution_time=12.34)
+    assert doc["leaderboard"] == [{"name": "tiled_matmul: speed vs reference", "value": 1.5, "order": "desc"}]
+    assert doc["execution_time"] == 12.3 and doc["extra_data"]["gpu"] == {"name": "NVIDIA H100 80GB HBM3", "driver": "580"}
+    _schema("gradescope-results.schema.json").validate(doc)
 
 
 def test_a_students_results_json_shows_no_folder_of_the_tas(tmp_path):

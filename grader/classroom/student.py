@@ -60,7 +60,7 @@ def grade_student(job: StudentJob, options: GradeOptions, progress: Progress = n
     identity = completed(job.identity, reports, options).as_dict()
     partial = plan.partial_folder(job.folder)
     report_files.write_folder(reports, identity, partial)
-    doc = gradescope.results(reports, identity, visibility)
+    doc = gradescope.results(reports, identity, visibility, time.monotonic() - started)
     (partial / RESULTS).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     if stopping.requested():
         shutil.rmtree(partial, ignore_errors=True)

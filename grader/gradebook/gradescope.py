@@ -1,5 +1,8 @@
-"""Gradescope's autograder ``results.json`` for one student: the total score and one test per
-check (name, score, max_score, status, output, visibility), with the identity in ``extra_data``.
+"""Gradescope's autograder ``results.json`` for one student: the total score, the seconds the grading
+took (``execution_time``), one test per check (name, a stable ``number``, score, max_score, status,
+output, ``tags``: the lab, the check family and the outcome, visibility), the identity and the GPU
+in ``extra_data``, and a ``leaderboard`` of each timed lab's speed against the reference (shown only
+where the assignment's leaderboard is turned on in Gradescope).
 ``schemas/gradescope-results.schema.json`` describes what is written."""
 
 from __future__ import annotations
@@ -25,7 +28,20 @@ def _output(message: str, details: str, outcome: Outcome) -> str:
     return text
 
 
-def results(reports: list[LabReport], identity: Mapping[str, Any] | None = None, visibility: str = "visible") -> dict[str, Any]:
+def leaderboard(reports: list[LabReport]) -> list[dict[str, Any]]:
+    """Each timed lab's speed against the reference (the reference's median time over the student's:
+    above 1 is faster), higher first."""
+    board = []
+    for r in reports:
+        student, reference = (r.timings.get(k, {}).get("median_ms") for k in ("student", "reference"))
+        if student and reference and student > 0:
+            board.append({"name": f"{r.lab}: speed vs reference", "value": round(float(reference) / float(student), 3),
+                          "order": "desc"})
+    return board
+
+
+def results(reports: list[LabReport], identity: Mapping[str, Any] | None = None, visibility: str = "visible",
+            execution_time: float = 0.0) -> dict[str, Any]:
     tests = []
     for lab_no, r in enumerate(reports, start=1):
         for check_no, c in enumerate(r.checks, start=1):
@@ -48,8 +64,11 @@ def results(reports: list[LabReport], identity: Mapping[str, Any] | None = None,
     gpu = str((identity or {}).get("gpu") or "")
     if gpu.startswith("none"):
         output += f"; not a final grade: the GPU checks did not run ({gpu.removeprefix('none: ')})"
-    doc: dict[str, Any] = {"score": score, "max_score": max_score, "output": output, "visibility": visibility,
-                           "stdout_visibility": "hidden", "tests": tests}
+    doc: dict[str, Any] = {"score": score, "max_score": max_score, "execution_time": round(execution_time, 1),
+                           "output": output, "visibility": visibility, "stdout_visibility": "hidden", "tests": tests}
+    board = leaderboard(reports)
+    if board:
+        doc["leaderboard"] = board
     if identity is not None:
-        doc["extra_data"] = {"identity": dict(identity)}
+        doc["extra_data"] = {"identity": dict(identity), "gpu": {"name": gpu, "driver": (identity or {}).get("driver")}}
     return doc
