@@ -294,3 +294,67 @@ def test_setup_runner_refuses_a_runner_tarball_whose_sha256_differs(tmp_path):
     assert wrong.returncode == 1 and f"the SHA-256 of {tarball} is {good}, not {'0' * 64}" in wrong.stderr
     right = setup("--runner-sha256", good.upper())
     assert right.returncode == 1 and "--course-bundle:" in right.stderr and "SHA-256" not in right.stderr
+
+
+# ------------------------------------------------------------------ Kubernetes beside SLURM
+
+KUBE = ROOT / "ci" / "kubernetes"
+
+
+def _kube(name: str) -> dict:
+    return yaml.safe_load((KUBE / name).read_text())
+
+
+def _container(doc: dict) -> dict:
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize("name", ["grade-class-job.yaml", "merge-job.yaml"])
+def test_the_kubernetes_jobs_validate_against_the_kubernetes_schemas(name, tmp_path):
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    doc = _kube(name)
+    kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    broken = yaml.safe_load((KUBE / name).read_text())
+    _container(broken)["gpus"] = 1  # no such field: strict validation must see it
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, kubernetes_validate.latest_version(), strict=True)
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_each_indexed_pod_grades_its_shard_on_one_gpu_and_the_merge_takes_every_shard():
+    grade, merge = _kube("grade-class-job.yaml"), _kube("merge-job.yaml")
+    assert grade["spec"]["completionMode"] == "Indexed"
+    shards = grade["spec"]["completions"]
+    g, m = _container(grade), _container(merge)
+    assert int(_env(g)["SHARDS"]) == int(_env(m)["SHARDS"]) == shards and 1 <= grade["spec"]["parallelism"] <= shards
+    assert g["resources"]["limits"]["nvidia.com/gpu"] == 1 and "nvidia.com/gpu" not in m["resources"]["limits"]
+    script = g["args"][0]
+    assert "shard=$((JOB_COMPLETION_INDEX + 1))" in script
+    assert 'cuda-grader grade-class --roster "$ROSTER" --out "$RESULTS/shards/$shard" --shard "$shard/$SHARDS"' in script
+    assert 'exec cuda-grader merge "$@" --out "$RESULTS/class"' in m["args"][0]
+    sbatch = (ROOT / "ci" / "slurm" / "grade-class.sbatch").read_text()
+    assert '--shard "$index/$count"' in sbatch and 'merge "${shards[@]}" --out "$results/class"' in sbatch  # the same two steps
+
+
+@pytest.mark.parametrize("name", ["grade-class-job.yaml", "merge-job.yaml"])
+def test_the_kubernetes_jobs_scripts_pass_shellcheck(name, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n" + _container(_kube(name))["args"][0])
+    proc = subprocess.run([tool("shellcheck"), "--severity=style", str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_the_merge_script_names_every_shard_folder(tmp_path):
+    """The merge Job's script, run by sh with a stand-in cuda-grader, passes shards 1..SHARDS."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cuda-grader").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (bin_dir / "cuda-grader").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SHARDS": "3", "RESULTS": "/r"}
+    done = subprocess.run(["/bin/sh", "-c", _container(_kube("merge-job.yaml"))["args"][0]], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["merge", "/r/shards/1", "/r/shards/2", "/r/shards/3", "--out", "/r/class"]
