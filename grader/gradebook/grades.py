@@ -1,5 +1,5 @@
-"""The class-wide files of a results folder: ``grades.csv``, ``summary.md`` (with its pictures)
-and ``class.json``, all made from the students' published reports.
+"""The class-wide files of a results folder: ``grades.csv``, ``summary.md`` (with its pictures),
+``dashboard.html`` and ``class.json``, all made from the students' published reports.
 
 ``class.json`` says what the folder holds: the labs (id, title, points, version), every student of
 the roster in roster order, the shard it was (or null), the students graded in it, the grader and
@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import GraderError
 from ..outcome import fmt_points
 from ..textutil import clean_line
-from . import records, summary
+from . import dashboard, records, summary
 from .records import StudentRecord, student_folder
 
 MANIFEST = "class.json"
@@ -115,5 +115,7 @@ def write(out: Path, manifest: Manifest) -> list[StudentRecord]:
     rows = [records.load(student_folder(out, sid), sid) for sid in manifest.students]
     _write(out / MANIFEST, json.dumps(manifest.as_dict(), indent=2) + "\n")
     _write(out / GRADES, grades_csv(manifest, rows))
-    _write(out / SUMMARY, summary.write(out, manifest.labs, rows, {r.student: not_run(manifest, r) for r in rows}))
+    skipped = {r.student: not_run(manifest, r) for r in rows}
+    _write(out / SUMMARY, summary.write(out, manifest.labs, rows, skipped))
+    _write(out / dashboard.NAME, dashboard.render(manifest, rows, skipped))
     return rows
