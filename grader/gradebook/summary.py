@@ -75,12 +75,12 @@ def write(out: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRe
     graded = [r for r in rows if r.graded]
     lab_ids = [str(lab["id"]) for lab in labs]
     max_total = round(sum(float(lab["max_points"]) for lab in labs), 2)
-    lines = [f"# Class summary: {len(rows)} students, {len(labs)} labs", "",
-             "The class on one page: [dashboard.html](dashboard.html) (students by checks, score distributions).", ""]
+    lines = [f"# Class summary: {len(rows)} students, {len(labs)} labs", ""]
     warning = banner(graded, not_run or {})
     lines += warning
     if len(graded) < len(rows):
         lines += [f"{len(rows) - len(graded)} students have no results yet (listed at the end).", ""]
+    lines += ["The class on one page: [dashboard.html](dashboard.html) (students by checks, score distributions).", ""]
     lines += ["## Scores", "", "| Lab | Points | Mean | Median | Lowest | Highest | Full marks | Zero |",
               "|---|---|---|---|---|---|---|---|"]
     for lab in labs:
