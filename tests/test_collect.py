@@ -255,3 +255,16 @@ def test_a_collected_roster_with_bad_late_columns_names_the_line(tmp_path):
                     "alice,repos/alice,,2026-12-02T00:00:00Z,2026-12-01T23:59:00Z,1,1.5,,\n")
     with pytest.raises(GraderError, match="penalty a fraction from 0 to 1"):
         roster.load(path)
+
+
+def test_a_token_in_a_clone_url_is_never_written_or_shown(tmp_path):
+    from grader.classroom.collect import redact
+
+    assert redact("fatal: unable to access 'https://x-access-token:ghp_SECRET@github.com/c/r.git/': 403") == \
+        "fatal: unable to access 'https://***@github.com/c/r.git/': 403"
+    csv_path = tmp_path / "collect.csv"
+    csv_path.write_text("alice,https://x-access-token:ghp_SECRET@127.0.0.1:9/course/alice.git\n")
+    rows = collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, now=DEADLINE)
+    assert rows[0].problem.startswith("collect: ") and not rows[0].commit
+    written = (tmp_path / "out" / STATE).read_text() + (tmp_path / "out" / ROSTER).read_text() + rows[0].note
+    assert "ghp_SECRET" not in written and "https://***@127.0.0.1:9/course/alice.git" in written

@@ -159,7 +159,17 @@ def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
         return subprocess.CompletedProcess(cmd, 127, "", f"git cannot run: {exc}")
 
 
+#: The user and password (a token) of a clone URL, never repeated in a message or a file.
+_USERINFO = re.compile(r"(\w[\w+.-]*://)[^/@\s]+@")
+
+
+def redact(text: str) -> str:
+    """``text`` without the credentials of any URL in it."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
 def _why(stderr: str) -> str:
+    stderr = redact(stderr)
     text = stderr.lower()
     if "couldn't find remote ref head" in text or "remote ref head" in text:
         return "the repository is empty (no commit on its default branch)"
@@ -178,7 +188,7 @@ def fetch(source: str, clone: Path) -> tuple[str, str, str]:
         clone.mkdir(parents=True, exist_ok=True)
         done = _git("init", "--quiet", str(clone))
         if done.returncode != 0:
-            return "", "", f"cannot make {clone}: {done.stderr.strip()[:200]}"
+            return "", "", f"cannot make {clone}: {redact(done.stderr.strip())[:200]}"
     done = _git("fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--force", "--end-of-options", source, "HEAD",
                 cwd=clone)
     if done.returncode != 0:
@@ -302,8 +312,8 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
     folder.mkdir(parents=True, exist_ok=True)
     state = load_state(folder)
     for e in entries:
-        state.setdefault(e.student, Record(e.source, iso(e.deadline)))
-        state[e.student].source, state[e.student].deadline = e.source, iso(e.deadline)
+        state.setdefault(e.student, Record(redact(e.source), iso(e.deadline)))
+        state[e.student].source, state[e.student].deadline = redact(e.source), iso(e.deadline)
     notes: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=FETCHES_AT_ONCE) as pool:
         futures = {e.student: pool.submit(_collect_one, e, state[e.student], folder / REPOS / e.student, now) for e in entries}
