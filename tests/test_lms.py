@@ -9,7 +9,6 @@ import csv
 import io
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 
