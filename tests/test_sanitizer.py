@@ -62,3 +62,55 @@ def test_memcheck_keeps_the_address_lines():
         "  and is 1 bytes after the nearest allocation at 0x7f9c84800000 of size 400 bytes",
     ]
     assert not any("unspecified launch failure" in f or "Host Frame" in f for f in findings)
+
+
+SOURCE = ("__global__ void oob(float *p, int n) {",
+          "    p[threadIdx.x] = 1.0f;   // no bounds check",
+          "}")
+
+
+def test_a_finding_names_the_students_line_with_its_text_and_the_thread():
+    _, findings = sanitizer.parse(read("memcheck.txt"))
+    said, where = sanitizer.summary(findings[0], "bad.cu", SOURCE)
+    assert said == ("out-of-bounds write of 4 bytes at line 2 (`p[threadIdx.x] = 1.0f; // no bounds check`), "
+                    "thread (100,0,0) block (0,0,0)")
+    assert where is not None and (where.file, where.line) == ("bad.cu", 2)
+    _, races = sanitizer.parse(read("racecheck.txt"))
+    assert sanitizer.summary(races[0], "bad.cu", ())[0] == "a shared-memory race between threads at line 3"
+    _, barriers = sanitizer.parse(read("synccheck.txt"))
+    assert sanitizer.summary(barriers[0], "bad.cu", SOURCE)[0] == (
+        "a barrier that not every thread of the warp reached at line 4, thread (0,0,0) block (0,0,0)")  # past the file shown
+    said, where = sanitizer.summary(findings[0], "labs/other/student.cu", SOURCE)  # a line in another file: not the student's
+    assert where is None and said == "out-of-bounds write of 4 bytes, thread (100,0,0) block (0,0,0)"
+
+
+def test_a_failed_sanitizer_check_carries_its_line_to_the_junit_report(tmp_path):
+    import threading
+
+    from junitparser import JUnitXml, TestSuite
+
+    from grader.checks.sanitizer import SanitizerRun, judge
+    from grader.labspec.labs import find_lab
+    from grader.outcome import LabReport
+    from grader.report import junit
+
+    spec = find_lab("tiled_matmul")
+    check = next(c for c in spec.sanitizers if c.tool == "memcheck")
+    _, findings = sanitizer.parse(read("memcheck.txt"))
+
+    class Sub:  # the two fields judge() reads of a Submission
+        moot, name, source_lines = threading.Event(), "bad.cu", SOURCE
+
+    result = judge(Sub(), check, SanitizerRun(errors=29, findings=tuple(findings[:3])))  # type: ignore[arg-type]
+    assert "memcheck reported 29 error(s)" in result.message and "at line 2 (`p[threadIdx.x] = 1.0f;" in result.message
+    assert "first report: Invalid __global__ write of size 4 bytes" in result.message
+    path = tmp_path / "report.xml"
+    junit.write([LabReport(spec.id, spec.title, "bad.cu", (result,))], path)
+    class Suite(TestSuite):
+        testcase = junit.LocatedCase
+
+    class Xml(JUnitXml):
+        testsuite = Suite
+
+    (case,) = [c for suite in Xml.fromfile(str(path)) for c in suite]
+    assert (case.file, case.line) == ("bad.cu", 2)

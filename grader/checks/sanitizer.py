@@ -19,7 +19,7 @@ from ..isolation.options import usable_cpus
 from ..isolation.submission import Submission
 from ..isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
 from ..labspec.spec import LabSpec, SanitizerCheck, params_label
-from ..outcome import GATE, CheckResult, Outcome, Stage
+from ..outcome import GATE, CheckResult, Outcome, SourceLocation, Stage
 from ..textutil import cap_lines
 from ..worker.protocol import Task
 from .correctness import tool_task
@@ -153,6 +153,39 @@ def outcome(result: ToolRun | None, missing: str, time_limit_s: float, source_na
     return SanitizerRun(seconds=result.seconds)
 
 
+_ACCESS = re.compile(r"Invalid (__global__|__shared__|__local__) (read|write) of size (\d+) bytes?")
+_WHERE = re.compile(r"\bin (\S+):(\d+)")
+_BY = re.compile(r"by thread \((?P<t>[\d,]+)\) in block \((?P<b>[\d,]+)\)")
+SPACES = {"__global__": "", "__shared__": "shared-memory ", "__local__": "local-memory "}
+#: How much of the student's line a message quotes.
+QUOTE_CHARS = 100
+
+
+def summary(finding: str, source_name: str, source: tuple[str, ...]) -> tuple[str, SourceLocation | None]:
+    """One finding in a student's words: what happened, on which line of their file (quoted), by
+    which thread of which block; and that line, for the reports' annotations."""
+    first = finding.splitlines()[0] if finding else ""
+    access = _ACCESS.search(first)
+    if access:
+        kind = "out-of-bounds" if "out of bounds" in finding else "invalid"
+        what = f"{kind} {SPACES[access.group(1)]}{access.group(2)} of {access.group(3)} bytes"
+    elif first.startswith("Barrier error"):
+        what = "a barrier that not every thread of the warp reached"
+    elif "Race reported" in first:
+        what = "a shared-memory race between threads"
+    else:
+        what = first.rstrip(".")
+    where = next((SourceLocation(source_name, int(m.group(2))) for m in _WHERE.finditer(finding) if m.group(1) == source_name),
+                 None)
+    if where is not None:
+        code = " ".join(source[where.line - 1].split()) if 0 < where.line <= len(source) else ""
+        what += f" at line {where.line}" + (f" (`{code[:QUOTE_CHARS]}`)" if code else "")
+    by = _BY.search(finding)
+    if by:
+        what += f", thread ({by['t']}) block ({by['b']})"
+    return what, where
+
+
 def _student_paths(text: str, source_name: str) -> str:
     """Show the student's own file name where the sanitizer prints the build copy's path."""
     base = Path(source_name).name
@@ -188,11 +221,13 @@ def judge(sub: Submission, check: SanitizerCheck, result: SanitizerRun) -> Check
         measured["global_writes_outside"] = True
     if result.errors:
         first = result.findings[0].replace("\n", " ") if result.findings else "see the details"
-        msg = f"{check.tool} reported {result.errors} error(s) ({WHAT[check.tool]}) on {case}; first: {first}"
+        said, where = summary(result.findings[0], sub.name, sub.source_lines) if result.findings else ("", None)
+        msg = (f"{check.tool} reported {result.errors} error(s) ({WHAT[check.tool]}) on {case}"
+               + (f": {said}" if said else "") + f"; first report: {first}")
         if check.hint:
             msg += f". {check.hint}"
         return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, msg,
-                           "\n\n".join(result.findings) or result.log, measured, result.seconds)
+                           "\n\n".join(result.findings) or result.log, measured, result.seconds, location=where)
     return CheckResult(check.id, Stage.SANITIZER, Outcome.PASS, check.points, check.points,
                        f"{check.tool}: no {WHAT[check.tool]} on {case}", "", measured, result.seconds)
 

@@ -31,7 +31,7 @@ from ..isolation.build import lab_build
 from ..isolation.launch import Isolation
 from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of
 from ..isolation.runner import WorkerSession
-from ..isolation.submission import Submission
+from ..isolation.submission import Submission, source_lines
 from ..isolation.trusted import baselines_worker
 from ..labspec.labs import load_problem
 from ..labspec.spec import LabSpec
@@ -141,7 +141,7 @@ class LabGrading:
                               cupy_cache=kernel_cache(options))
         sub = self.sub = Submission(spec, self.name, build.library, build.kernels, archs, load_problem(spec), isolation,
                                     cache_dir, self._work, self.deadline, options.submission_limit_s, secret_of(options),
-                                    probe.gpu)
+                                    probe.gpu, source_lines=source_lines(self.source))
         # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
         # correctness cases (their counts do not depend on what else runs); timing waits for them.
         # each sanitizer run (and the counter runs) in a thread of its own: they are separate processes

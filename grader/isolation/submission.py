@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from ..errors import GraderError
 from ..host.gpu import GpuInfo
+from ..host.safeio import SOURCE_LIMIT_BYTES, read_file
 from ..labspec.spec import LabSpec
 from ..outcome import KernelResources
 from .launch import Isolation, RunDirs
@@ -39,6 +41,7 @@ class Submission:
     gpu: GpuInfo
     # set once a correctness case hangs: runs whose verdict is then moot (the sanitizers) stop
     moot: threading.Event = field(default_factory=threading.Event, compare=False)
+    source_lines: tuple[str, ...] = ()  # the student's file, to quote the line a finding names
 
     def time_left(self, limit: float = math.inf) -> float:
         """Seconds a step may take: its own limit, within what is left of the submission's."""
@@ -56,3 +59,11 @@ class Submission:
     def tool_dirs(self, name: str) -> RunDirs:
         """The folders of one sanitizer or profiler run of the student's code."""
         return RunDirs(self.work / "grader" / name, self.work / "runs" / name)
+
+
+def source_lines(path: Path) -> tuple[str, ...]:
+    """The lines of the student's file (none where it cannot be read), to quote in messages."""
+    try:
+        return tuple(read_file(path, SOURCE_LIMIT_BYTES).decode("utf-8", errors="replace").splitlines())
+    except (OSError, GraderError):
+        return ()
