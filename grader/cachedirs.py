@@ -24,4 +24,4 @@ def user_cache_dir() -> Path:
 def default_cache_dir() -> Path:
     """The build cache: ``GRADER_CACHE_DIR``, else :func:`user_cache_dir`."""
     env = os.environ.get("GRADER_CACHE_DIR")
-    return Path(env) if env else user_cache_dir()
+    return Path(env).absolute() if env else user_cache_dir()  # relative to where the grader started

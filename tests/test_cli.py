@@ -378,3 +378,26 @@ def test_without_a_gpu_only_the_students_files_are_compiled(env, tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     builds = [d for d in (cache / "builds").iterdir() if not d.name.startswith(".")]
     assert len(builds) == len(list((repo / "labs").glob("*/student.cu"))) == 5
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_a_cache_folder_given_relative_to_where_the_grader_starts_works(how, tmp_path, monkeypatch, capsys):
+    """A relative --cache-dir or GRADER_CACHE_DIR is the folder below the working one, wherever the
+    compiler and the sandbox then run (bubblewrap refused a relative path: every lab failed to compile)."""
+    from grader import cli
+    from grader.labspec.labs import find_lab
+
+    repo = tmp_path / "repo"
+    target = repo / "labs" / "tiled_matmul" / "student.cu"
+    target.parent.mkdir(parents=True)
+    shutil.copy(find_lab("tiled_matmul").files.reference, target)
+    monkeypatch.chdir(tmp_path)
+    args = ["grade-repo", "repo", "--lab", "tiled_matmul", "--no-gpu", "-q"]
+    if how == "option":
+        args += ["--cache-dir", "cache"]
+    else:
+        monkeypatch.setenv("GRADER_CACHE_DIR", "cache")
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "compile error" not in out and "compile failed" not in out
+    assert any((tmp_path / "cache" / "builds").iterdir())

@@ -48,6 +48,14 @@ class GradeOptions:
     submission_limit_s: float = 600.0  # all of one lab's grading of a submission, compile to timing
     secret: str | None = None  # seeds the graded inputs; default: $GRADER_SECRET, else new per run
 
+    def __post_init__(self) -> None:
+        # folders given relative to where the grader started: the sandbox and the workers run
+        # elsewhere, and bubblewrap would not find a relative path
+        for name in ("cache_dir", "keep_work"):
+            value = getattr(self, name)
+            if value is not None and not value.is_absolute():
+                object.__setattr__(self, name, value.absolute())
+
 
 #: Graded inputs come from this secret unless one is given: never written where the worker can read.
 _RUN_SECRET = os.urandom(16).hex()
