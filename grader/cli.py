@@ -259,6 +259,7 @@ def _write_reports(reports: list[LabReport], args: argparse.Namespace, identity:
         junit_path=args.junit or (out / report_files.NAMES["junit"] if out else None),
         json_path=args.json or (out / report_files.NAMES["json"] if out else None),
         markdown_path=args.markdown or (out / report_files.NAMES["markdown"] if out else None),
+        html_path=out / report_files.NAMES["html"] if out else None,
     )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:

@@ -1,4 +1,5 @@
-"""Writing one grading's reports (JUnit XML, JSON, Markdown) to files, each with its identity."""
+"""Writing one grading's reports (JUnit XML, JSON, Markdown, HTML with each lab's roofline) to
+files, each with its identity."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..outcome import LabReport
-from . import data, junit, text
+from . import data, html, junit, roofline, text
 
 #: The reports a folder of results holds, by kind.
-NAMES = {"junit": "report.xml", "json": "report.json", "markdown": "report.md"}
+NAMES = {"junit": "report.xml", "json": "report.json", "markdown": "report.md", "html": "report.html"}
 
 
 def _write_text(path: Path, content: str) -> None:
@@ -22,19 +23,24 @@ def _write_text(path: Path, content: str) -> None:
 
 
 def write(reports: list[LabReport], identity: Mapping[str, Any] | None, *, junit_path: Path | None = None,
-          json_path: Path | None = None, markdown_path: Path | None = None) -> str:
-    """Write the reports asked for; returns the Markdown (for a job summary)."""
+          json_path: Path | None = None, markdown_path: Path | None = None, html_path: Path | None = None) -> str:
+    """Write the reports asked for; returns the Markdown (for a job summary). Beside report.html,
+    each lab's roofline as ``roofline-<lab>.png`` (where matplotlib is installed)."""
     if junit_path is not None:
         junit.write(reports, junit_path, identity)
     if json_path is not None:
         _write_text(json_path, data.dumps(reports, identity))
-    md = text.markdown(reports, identity)
+    if html_path is not None:
+        _write_text(html_path, html.render(reports, identity))
+        for roof in roofline.all_of(reports):
+            roofline.png(roof, html_path.parent / f"roofline-{roof.lab}.png")
+    md = text.markdown(reports, identity, html_path.name if html_path is not None else None)
     if markdown_path is not None:
         _write_text(markdown_path, md)
     return md
 
 
 def write_folder(reports: list[LabReport], identity: Mapping[str, Any] | None, folder: Path) -> str:
-    """report.xml, report.json and report.md in ``folder``."""
+    """report.xml, report.json, report.md and report.html in ``folder``."""
     return write(reports, identity, junit_path=folder / NAMES["junit"], json_path=folder / NAMES["json"],
-                 markdown_path=folder / NAMES["markdown"])
+                 markdown_path=folder / NAMES["markdown"], html_path=folder / NAMES["html"])

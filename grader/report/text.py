@@ -21,6 +21,7 @@ from ..textutil import (
     one_line,
     plural,
 )
+from . import roofline
 
 _COLORS = {Outcome.PASS: "32", Outcome.FAIL: "31", Outcome.ERROR: "31;1", Outcome.SKIPPED: "33"}
 MARKDOWN_LIMIT = 1 << 20  # GitHub's job summary limit
@@ -140,10 +141,13 @@ def identity_line(identity: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def markdown(reports: list[LabReport], identity: Mapping[str, Any] | None = None) -> str:
+def markdown(reports: list[LabReport], identity: Mapping[str, Any] | None = None, html_name: str | None = None) -> str:
+    """The Markdown report (``html_name``: the HTML report beside it, linked)."""
     total = sum(r.score for r in reports)
     total_max = sum(r.max_score for r in reports)
     lines = [f"# CUDA lab grade: {fmt_points(total)}/{fmt_points(total_max)}", ""]
+    if html_name:
+        lines += [f"Every check, message and roofline picture on one page: [{html_name}]({html_name})", ""]
     note = feedback_note(identity)
     if note:
         lines += [f"**{_cell(note)}**", ""]
@@ -164,6 +168,10 @@ def markdown(reports: list[LabReport], identity: Mapping[str, Any] | None = None
             for lib, row in r.timings.items():
                 lines.append(f"| {lib} | {row['median_ms']:.4f} | {row['min_ms']:.4f} | {row['cv_pct']} | {row['n']} "
                              f"| {row.get('gflops', '')} | {row.get('pct_fp32_peak', '')} |")
+            roof = roofline.of(r)
+            if roof is not None:
+                lines += ["", f"Roofline (FP32 peak {roof.peak_gflops:.0f} GFLOP/s, DRAM {roof.peak_gbps:.0f} GB/s; "
+                          f"bytes from {roof.traffic}):", "", *roofline.table(roof)]
         if r.kernels:
             lines += ["", "| Kernel | Registers | Shared B | Stack B | Spill B |", "|---|---|---|---|---|"]
             for k in r.kernels:

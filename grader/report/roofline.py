@@ -1,0 +1,151 @@
+"""Where each timed kernel of a lab stands against the GPU's limits: a roofline.
+
+A kernel sits at its arithmetic intensity (FLOPs per byte of DRAM traffic) and its achieved
+GFLOP/s; the roof is the lower of the FP32 peak and intensity x the DRAM peak (the device's
+figures, from the worker). Until the profiler measures each kernel's DRAM bytes on the timed case,
+the intensity is the lab's model of the traffic (its benchmark's ``flops`` over ``bytes``), the
+same for every kernel of the lab: the picture then shows how far below the roof each one runs.
+Labs that count no FLOPs (the histogram) have no roofline.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ..outcome import LabReport
+
+
+@dataclass(frozen=True)
+class Point:
+    kernel: str
+    intensity: float  # FLOPs per DRAM byte
+    gflops: float
+
+
+@dataclass(frozen=True)
+class Roofline:
+    lab: str
+    peak_gflops: float
+    peak_gbps: float
+    points: tuple[Point, ...]
+    traffic: str = "the lab's model of the traffic"  # where the bytes come from
+
+    def roof(self, intensity: float) -> float:
+        return min(self.peak_gflops, intensity * self.peak_gbps)
+
+    def share(self, point: Point) -> float:
+        """The fraction of the roof the kernel reaches at its intensity."""
+        return point.gflops / self.roof(point.intensity) if self.roof(point.intensity) > 0 else 0.0
+
+    @property
+    def ridge(self) -> float:
+        """The intensity where the memory roof meets the compute roof."""
+        return self.peak_gflops / self.peak_gbps
+
+
+def of(report: LabReport) -> Roofline | None:
+    """The lab's roofline (None without timed kernels that count FLOPs, or without the device's peaks)."""
+    env = report.environment
+    try:
+        peak_gflops = float(env.get("device.peak_fp32_gflops") or 0)  # type: ignore[arg-type]
+        peak_gbps = float(env.get("device.peak_dram_gbps") or 0)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    points = []
+    for kernel, row in report.timings.items():
+        gflops, gbps = row.get("gflops"), row.get("gbps")
+        if gflops and gbps and gflops > 0 and gbps > 0:
+            points.append(Point(kernel, float(gflops) / float(gbps), float(gflops)))
+    if not points or peak_gflops <= 0 or peak_gbps <= 0:
+        return None
+    return Roofline(report.lab, peak_gflops, peak_gbps, tuple(points))
+
+
+def table(r: Roofline) -> list[str]:
+    """The picture's figures as a Markdown table."""
+    lines = ["| Kernel | FLOP/byte | GFLOP/s | Roof GFLOP/s | % of roof |", "|---|---|---|---|---|"]
+    for p in r.points:
+        lines.append(f"| {p.kernel} | {p.intensity:.3g} | {p.gflops:.1f} | {r.roof(p.intensity):.1f} | {100 * r.share(p):.1f} |")
+    return lines
+
+
+def _bounds(r: Roofline) -> tuple[float, float, float, float]:
+    xs = [p.intensity for p in r.points] + [r.ridge]
+    ys = [p.gflops for p in r.points] + [r.peak_gflops]
+    return (10 ** math.floor(math.log10(min(xs) / 4)), 10 ** math.ceil(math.log10(max(xs) * 4)),
+            10 ** math.floor(math.log10(min(ys) / 2)), 10 ** math.ceil(math.log10(max(ys) * 1.5)))
+
+
+COLOURS = ("#c62828", "#1565c0", "#2e7d32", "#6a1b9a", "#ef6c00", "#00838f")
+
+
+def svg(r: Roofline, width: int = 520, height: int = 340) -> str:
+    """The roofline as an inline SVG (log-log), the student's kernel first in the legend."""
+    x0, x1, y0, y1 = _bounds(r)
+    left, right, top, bottom = 60, width - 20, 20, height - 45
+
+    def px(x: float) -> float:
+        return left + (math.log10(x) - math.log10(x0)) / (math.log10(x1) - math.log10(x0)) * (right - left)
+
+    def py(y: float) -> float:
+        return bottom - (math.log10(y) - math.log10(y0)) / (math.log10(y1) - math.log10(y0)) * (bottom - top)
+
+    e = html.escape
+    roof = [(x0, r.roof(x0)), (r.ridge, r.peak_gflops), (x1, r.peak_gflops)]
+    path = " ".join(f"{'M' if k == 0 else 'L'}{px(x):.1f},{py(max(y, y0)):.1f}" for k, (x, y) in enumerate(roof))
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="roofline of {e(r.lab)}" font-family="sans-serif" font-size="11">',
+             f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="none" stroke="#999"/>',
+             f'<path d="{path}" fill="none" stroke="#222" stroke-width="2"/>',
+             f'<text x="{px(r.ridge) + 4:.1f}" y="{py(r.peak_gflops) - 4:.1f}">FP32 peak {r.peak_gflops:.0f} GFLOP/s</text>',
+             f'<text x="{left + 4}" y="{bottom - 6}">DRAM {r.peak_gbps:.0f} GB/s</text>']
+    for k, p in enumerate(r.points):
+        colour = COLOURS[k % len(COLOURS)]
+        parts.append(f'<circle cx="{px(p.intensity):.1f}" cy="{py(p.gflops):.1f}" r="5" fill="{colour}">'
+                     f"<title>{e(p.kernel)}: {p.gflops:.1f} GFLOP/s, {100 * r.share(p):.1f}% of the roof</title></circle>")
+        parts.append(f'<text x="{right - 150}" y="{top + 16 + 14 * k}" fill="{colour}">● {e(p.kernel)} '
+                     f"({100 * r.share(p):.0f}% of roof)</text>")
+    parts += [f'<text x="{(left + right) / 2:.0f}" y="{height - 22}" text-anchor="middle">FLOPs per DRAM byte '
+              f"({e(r.traffic)}), log scale</text>",
+              f'<text x="14" y="{(top + bottom) / 2:.0f}" transform="rotate(-90 14 {(top + bottom) / 2:.0f})" '
+              'text-anchor="middle">GFLOP/s, log scale</text>',
+              f'<text x="{left}" y="{height - 6}">{x0:g}</text><text x="{right}" y="{height - 6}" text-anchor="end">{x1:g}</text>',
+              f'<text x="{left - 4}" y="{bottom}" text-anchor="end">{y0:g}</text>'
+              f'<text x="{left - 4}" y="{top + 10}" text-anchor="end">{y1:g}</text>',
+              "</svg>"]
+    return "\n".join(parts)
+
+
+def png(r: Roofline, path: Path) -> bool:
+    """The same picture as a PNG (False where matplotlib is not installed)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    x0, x1, _, _ = _bounds(r)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    xs = [x0, r.ridge, x1]
+    ax.loglog(xs, [r.roof(x) for x in xs], color="#222", linewidth=2, label="roof")
+    for k, p in enumerate(r.points):
+        ax.scatter([p.intensity], [p.gflops], color=COLOURS[k % len(COLOURS)], zorder=3,
+                   label=f"{p.kernel} ({100 * r.share(p):.0f}% of roof)")
+    ax.set_xlabel(f"FLOPs per DRAM byte ({r.traffic})")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(f"{r.lab}: FP32 peak {r.peak_gflops:.0f} GFLOP/s, DRAM {r.peak_gbps:.0f} GB/s")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def all_of(reports: Sequence[LabReport]) -> list[Roofline]:
+    return [r for r in (of(rep) for rep in reports) if r is not None]
