@@ -268,3 +268,25 @@ def test_a_token_in_a_clone_url_is_never_written_or_shown(tmp_path):
     assert rows[0].problem.startswith("collect: ") and not rows[0].commit
     written = (tmp_path / "out" / STATE).read_text() + (tmp_path / "out" / ROSTER).read_text() + rows[0].note
     assert "ghp_SECRET" not in written and "https://***@127.0.0.1:9/course/alice.git" in written
+
+
+def test_a_run_stopped_part_way_keeps_what_it_collected_with_its_time(tmp_path, monkeypatch):
+    from grader.classroom import collect as collecting
+
+    alice, bob = Student(tmp_path, "alice"), Student(tmp_path, "bob")
+    for s in (alice, bob):
+        s.commit("v1", DEADLINE - DAY)
+        s.push()
+    real = collecting.fetch
+
+    def stopped_at_bob(source: str, clone: Path) -> tuple[str, str, str]:
+        if "bob" in source:
+            raise KeyboardInterrupt
+        return real(source, clone)
+
+    monkeypatch.setattr(collecting, "fetch", stopped_at_bob)
+    out = tmp_path / "collected"
+    with pytest.raises(KeyboardInterrupt):
+        collect(_entries({"alice": alice, "bob": bob}), out, POLICY, now=DEADLINE)
+    kept = json.loads((out / STATE).read_text())["students"]
+    assert [c["at"] for c in kept["alice"]["collections"]] == ["2026-12-01T23:59:00Z"] and kept["bob"]["collections"] == []

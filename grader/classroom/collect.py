@@ -226,27 +226,29 @@ def _save(folder: Path, state: dict[str, Record]) -> None:
     os.replace(tmp, folder / STATE)
 
 
-def _collect_one(entry: Entry, record: Record, clone: Path, now: datetime.datetime) -> str:
-    """One student's part of a run: fetch if their deadline has passed; returns what happened."""
+def _collect_one(entry: Entry, before: Record, clone: Path, now: datetime.datetime) -> tuple[str, Record]:
+    """One student's part of a run: fetch if their deadline has passed. Returns what happened and
+    their record as it now stands (a new one: the run saves each student's as soon as it is done)."""
+    record = Record(before.source, before.deadline, list(before.collections), list(before.flags), before.problem)
     deadline = entry.deadline
     if now < deadline:
-        return f"not yet due (deadline {iso(deadline)})"
+        return f"not yet due (deadline {iso(deadline)})", record
     commit, dated, problem = fetch(entry.source, clone)
     if problem:
         if record.collections:
             record.flags.append(f"at {iso(now)}: {problem}; the earlier collection stands")
-            return f"kept the earlier collection: {problem}"
+            return f"kept the earlier collection: {problem}", record
         record.problem = problem
-        return problem
+        return problem, record
     record.problem = ""
     last = record.collections[-1] if record.collections else None
     if last is not None and last["commit"] == commit:
-        return f"unchanged since {last['at']}"
+        return f"unchanged since {last['at']}", record
     if last is not None and _rewritten(clone, last["commit"], commit):
         record.flags.append(f"history rewritten between {last['at']} and {iso(now)} (force push): "
                             f"{last['commit'][:12]} is not in the new history")
     record.collections.append({"commit": commit, "at": iso(now), "dated": dated})
-    return f"collected {commit[:12]}"
+    return f"collected {commit[:12]}", record
 
 
 def graded(record: Record, deadline: datetime.datetime, policy: LatePolicy) -> tuple[dict[str, str] | None, datetime.datetime | None]:
@@ -318,9 +320,9 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
     with ThreadPoolExecutor(max_workers=FETCHES_AT_ONCE) as pool:
         futures = {e.student: pool.submit(_collect_one, e, state[e.student], folder / REPOS / e.student, now) for e in entries}
         for k, e in enumerate(entries, start=1):
-            notes[e.student] = futures[e.student].result()
+            notes[e.student], state[e.student] = futures[e.student].result()
+            _save(folder, state)  # a run stopped part-way keeps what it collected, with the time it did
             progress(f"[{k}/{len(entries)}] {e.student}: {notes[e.student]}")
-    _save(folder, state)
     rows = [row_for(e, state[e.student], policy, notes[e.student], folder) for e in entries]
     tmp = folder / f".{ROSTER}.{os.getpid()}.tmp"
     tmp.write_text(roster_csv(rows), encoding="utf-8")
