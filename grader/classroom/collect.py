@@ -111,7 +111,7 @@ def load_entries(path: Path, deadline: datetime.datetime) -> list[Entry]:
             row = [c.strip() for c in next(csv.reader(io.StringIO(raw), strict=True))]
         except csv.Error as exc:
             raise RosterError(f"not a CSV line ({exc})", path=where) from None
-        if number == 1 and row and row[0].lower() == "student":
+        if not entries and not seen and row and row[0].lower() == "student":  # a header line
             continue
         if len(row) not in (2, 3):
             raise RosterError(f"expected student,repository[,extension], found {len(row)} fields", path=where)
