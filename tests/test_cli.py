@@ -74,7 +74,7 @@ def test_grade_reference_without_gpu(graded):
 
 def test_grade_writes_reports(graded):
     _, out = graded
-    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "report.xml"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md", "report.xml"]
 
     xml = JUnitXml.fromfile(str(out / "report.xml"))
     (suite,) = list(xml)
