@@ -90,7 +90,7 @@ def canvas_csv(labs: Sequence[Mapping[str, Any]], records: Sequence[StudentRecor
     if absent:
         raise GraderError(f"not a Canvas gradebook export: no {', '.join(repr(c) for c in absent)} column "
                           "(download it from Grades > Export)", path=export)
-    people = {row[key]: row for row in rows if row.get(key) and not row.get("Student", "").strip() == "Points Possible"}
+    people = {row[key]: row for row in rows if row.get(key) and row.get("Student", "").strip() != "Points Possible"}
     _unmatched(records, people, export, key)
     columns, notes = canvas_columns(labs, header)
     buf = io.StringIO()
