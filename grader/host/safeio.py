@@ -93,14 +93,7 @@ def regular_file(path: Path, what: str = "the file") -> None:
 
 def read_file(path: Path, limit: int, what: str = "the file") -> bytes:
     """The bytes of ``path``, itself not a link (its folders may be: they are the user's choice)."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        raise GraderError("file not found", path=path) from None
-    except OSError as exc:
-        raise GraderError(f"cannot read it ({exc.strerror})", path=path) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise _refusal(path, info.st_mode, what)
+    regular_file(path, what)
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
