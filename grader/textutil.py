@@ -114,6 +114,15 @@ def html_text(text: str) -> str:
     return html.escape(text, quote=False)
 
 
+def html_line(text: object) -> str:
+    """Tool or student text as one line of an HTML page, in an element or an attribute."""
+    return html.escape(clean_line(str(text)), quote=True)
+
+
+#: The content security policy of the grader's HTML pages: they load nothing from anywhere.
+HTML_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+
+
 def cap_lines(text: str, max_lines: int, max_chars: int = 8000) -> str:
     lines = text.splitlines()
     if len(lines) > max_lines:

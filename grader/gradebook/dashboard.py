@@ -6,16 +6,15 @@ security policy lets it load nothing from anywhere."""
 
 from __future__ import annotations
 
-import html
 from typing import Any, Mapping, Sequence
 
 from ..outcome import fmt_points
-from ..textutil import clean_line
+from ..textutil import HTML_CSP, html_line
 from .records import StudentRecord, Verdict
 from .summary import BANDS, band_counts
 
 NAME = "dashboard.html"
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+CSP = HTML_CSP
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
 table{border-collapse:collapse}td,th{padding:2px 6px;border:1px solid #ddd;text-align:left}
@@ -30,10 +29,6 @@ table{border-collapse:collapse}td,th{padding:2px 6px;border:1px solid #ddd;text-
 .note{background:#fff3e0;border-left:4px solid #ef6c00;padding:.5em 1em}
 """
 OUTCOME_TEXT = {"pass": "passed", "fail": "failed", "error": "error", "skipped": "skipped", "missing": "not handed in"}
-
-
-def _e(text: object) -> str:
-    return html.escape(clean_line(str(text)), quote=True)
 
 
 def _checks(labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord]) -> list[tuple[str, list[str]]]:
@@ -55,17 +50,17 @@ def _cell(r: StudentRecord, lab: str, check: str, verdicts: Mapping[tuple[str, s
     title = f"{r.student} · {lab}: {check}: {OUTCOME_TEXT.get(kind, kind)}"
     if v is not None and kind != "missing":
         title += f" ({fmt_points(v.points)}/{fmt_points(v.max_points)}) {v.message[:300]}"
-    return f'<td class="c {_e(kind)}" title="{_e(title)}"></td>'
+    return f'<td class="c {html_line(kind)}" title="{html_line(title)}"></td>'
 
 
 def _heat_map(labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord]) -> list[str]:
     checks = _checks(labs, rows)
-    out = ['<table class="heat"><tr><th></th>' + "".join(f'<th class="lab" colspan="{len(ids)}">{_e(lab)}</th>'
+    out = ['<table class="heat"><tr><th></th>' + "".join(f'<th class="lab" colspan="{len(ids)}">{html_line(lab)}</th>'
                                                          for lab, ids in checks if ids) + "<th>total</th></tr>"]
     for r in rows:
         verdicts = {(v.lab, v.check): v for v in r.verdicts}
         cells = "".join(_cell(r, lab, check, verdicts) for lab, ids in checks for check in ids)
-        out.append(f'<tr><td class="s"><a href="students/{_e(r.student)}/report.md">{_e(r.student)}</a></td>{cells}'
+        out.append(f'<tr><td class="s"><a href="students/{html_line(r.student)}/report.md">{html_line(r.student)}</a></td>{cells}'
                    f"<td>{fmt_points(r.total)}</td></tr>")
     out.append("</table>")
     legend = "".join(f'<span class="{k}"></span>{v}' for k, v in OUTCOME_TEXT.items())
@@ -80,8 +75,8 @@ def _distribution(lab: Mapping[str, Any], rows: Sequence[StudentRecord]) -> str:
     most = max([*counts, missing, 1])
     bars = "".join(f'<div style="height:{max(2, round(110 * n / most))}px" title="{n} students">{n}</div>' for n in counts)
     bars += f'<div class="none" style="height:{max(2, round(110 * missing / most))}px" title="{missing} not handed in">{missing}</div>'
-    axis = "".join(f"<span>{_e(b[0])}</span>" for b in BANDS) + "<span>none</span>"
-    return (f'<div><b>{_e(lab_id)}</b> ({fmt_points(points)} points, {len(scores)} handed in)'
+    axis = "".join(f"<span>{html_line(b[0])}</span>" for b in BANDS) + "<span>none</span>"
+    return (f'<div><b>{html_line(lab_id)}</b> ({fmt_points(points)} points, {len(scores)} handed in)'
             f'<div class="bar">{bars}</div><div class="axis">{axis}</div></div>')
 
 
@@ -95,9 +90,9 @@ def render(manifest: Any, rows: Sequence[StudentRecord], not_run: Mapping[str, t
              f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
              f"<title>Class results: {len(rows)} students</title><style>{STYLE}</style></head><body>",
              f"<h1>Class results: {len(rows)} students, {len(labs)} labs</h1>",
-             f"<p>Graded on {_e(', '.join(gpus) or 'no GPU')} by cuda-lab-grader {_e(grader.get('version', ''))} "
-             f"(sources {_e(str(grader.get('source', ''))[:12])})"
-             + (f", shard {_e(manifest.shard)}" if manifest.shard else "") + "; every score below is in "
+             f"<p>Graded on {html_line(', '.join(gpus) or 'no GPU')} by cuda-lab-grader {html_line(grader.get('version', ''))} "
+             f"(sources {html_line(str(grader.get('source', ''))[:12])})"
+             + (f", shard {html_line(manifest.shard)}" if manifest.shard else "") + "; every score below is in "
              "<code>grades.csv</code>.</p>"]
     if any(not_run.get(r.student) for r in graded):
         who = sum(1 for r in graded if not_run.get(r.student))
@@ -110,8 +105,8 @@ def render(manifest: Any, rows: Sequence[StudentRecord], not_run: Mapping[str, t
     if troubled:
         parts.append("<table><tr><th>Student</th><th>Problems</th><th>Reports</th></tr>")
         for r in troubled:
-            sid = _e(r.student)
-            parts.append(f"<tr><td>{sid}</td><td>{'<br>'.join(_e(p) for p in r.problems)}</td>"
+            sid = html_line(r.student)
+            parts.append(f"<tr><td>{sid}</td><td>{'<br>'.join(html_line(p) for p in r.problems)}</td>"
                          f'<td><a href="students/{sid}/report.md">report.md</a> · '
                          f'<a href="students/{sid}/report.json">report.json</a></td></tr>')
         parts.append("</table>")

@@ -5,15 +5,14 @@ escaped; the page's content security policy lets it load nothing."""
 
 from __future__ import annotations
 
-import html
 from typing import Any, Mapping
 
 from ..outcome import LabReport, Outcome, fmt_points
-from ..textutil import cap_lines, clean, clean_line
+from ..textutil import HTML_CSP, cap_lines, clean, html_line, html_text
 from . import roofline
 from .text import identity_line, score_line
 
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+CSP = HTML_CSP
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em;max-width:70em;color:#222}h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.8em}
 table{border-collapse:collapse;margin:.5em 0}td,th{padding:3px 8px;border:1px solid #ddd;text-align:left;vertical-align:top}
@@ -23,33 +22,29 @@ pre{background:#f6f6f6;padding:.5em;white-space:pre-wrap;font-size:12px;margin:.
 WORD = {Outcome.PASS: "pass", Outcome.FAIL: "fail", Outcome.ERROR: "error", Outcome.SKIPPED: "skipped"}
 
 
-def _e(text: object) -> str:
-    return html.escape(clean_line(str(text)), quote=True)
-
-
 def _lab(r: LabReport) -> list[str]:
-    out = [f"<h2>{_e(r.lab)}: {_e(r.title)}</h2>", f"<p><code>{_e(r.submission)}</code>: <b>{_e(score_line(r))}</b></p>",
+    out = [f"<h2>{html_line(r.lab)}: {html_line(r.title)}</h2>", f"<p><code>{html_line(r.submission)}</code>: <b>{html_line(score_line(r))}</b></p>",
            "<table><tr><th>Result</th><th>Check</th><th>Points</th><th>Message</th></tr>"]
     for c in r.checks:
-        where = f" <i>({_e(c.location.file)}:{c.location.line})</i>" if c.location else ""
-        details = (f"<pre>{html.escape(cap_lines(clean(c.details), 40))}</pre>"
+        where = f" <i>({html_line(c.location.file)}:{c.location.line})</i>" if c.location else ""
+        details = (f"<pre>{html_text(cap_lines(clean(c.details), 40))}</pre>"
                    if c.details and c.outcome in (Outcome.FAIL, Outcome.ERROR) else "")
-        out.append(f'<tr><td class="o {WORD[c.outcome]}">{WORD[c.outcome]}</td><td><code>{_e(c.id)}</code></td>'
-                   f"<td>{fmt_points(c.points)}/{fmt_points(c.max_points)}</td><td>{_e(c.message)}{where}{details}</td></tr>")
+        out.append(f'<tr><td class="o {WORD[c.outcome]}">{WORD[c.outcome]}</td><td><code>{html_line(c.id)}</code></td>'
+                   f"<td>{fmt_points(c.points)}/{fmt_points(c.max_points)}</td><td>{html_line(c.message)}{where}{details}</td></tr>")
     out.append("</table>")
     if r.timings:
         out.append("<table><tr><th>Kernel</th><th>Median ms</th><th>Min ms</th><th>CV %</th><th>n</th><th>GFLOP/s</th>"
                    "<th>GB/s</th></tr>")
         for kernel, row in r.timings.items():
-            out.append(f"<tr><td>{_e(kernel)}</td><td>{row.get('median_ms', 0):.4f}</td><td>{row.get('min_ms', 0):.4f}</td>"
-                       f"<td>{_e(row.get('cv_pct', ''))}</td><td>{_e(row.get('n', ''))}</td><td>{_e(row.get('gflops', ''))}</td>"
-                       f"<td>{_e(row.get('gbps', ''))}</td></tr>")
+            out.append(f"<tr><td>{html_line(kernel)}</td><td>{row.get('median_ms', 0):.4f}</td><td>{row.get('min_ms', 0):.4f}</td>"
+                       f"<td>{html_line(row.get('cv_pct', ''))}</td><td>{html_line(row.get('n', ''))}</td><td>{html_line(row.get('gflops', ''))}</td>"
+                       f"<td>{html_line(row.get('gbps', ''))}</td></tr>")
         out.append("</table>")
     roof = roofline.of(r)
     if roof is not None:
         out += ["<h3>Roofline</h3>", roofline.svg(roof),
                 "<table><tr><th>Kernel</th><th>FLOP/byte</th><th>GFLOP/s</th><th>Roof GFLOP/s</th><th>% of roof</th></tr>"]
-        out += [f"<tr><td>{_e(p.kernel)}</td><td>{p.intensity:.3g}</td><td>{p.gflops:.1f}</td><td>{roof.roof(p.intensity):.1f}</td>"
+        out += [f"<tr><td>{html_line(p.kernel)}</td><td>{p.intensity:.3g}</td><td>{p.gflops:.1f}</td><td>{roof.roof(p.intensity):.1f}</td>"
                 f"<td>{100 * roof.share(p):.1f}</td></tr>" for p in roof.points]
         out.append("</table>")
     return out
@@ -64,7 +59,7 @@ def render(reports: list[LabReport], identity: Mapping[str, Any] | None = None) 
              f"<title>CUDA labs: {fmt_points(total)}/{fmt_points(top)}</title><style>{STYLE}</style></head><body>",
              f"<h1>CUDA labs: {fmt_points(total)}/{fmt_points(top)} points over {len(reports)} labs</h1>"]
     if who:
-        parts.append(f'<p class="who">{_e(who)}</p>')
+        parts.append(f'<p class="who">{html_line(who)}</p>')
     for r in reports:
         parts += _lab(r)
     parts.append("</body></html>")

@@ -10,13 +10,13 @@ Labs that count no FLOPs (the histogram) have no roofline.
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from ..outcome import LabReport
+from ..textutil import html_line
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def svg(r: Roofline, width: int = 520, height: int = 340) -> str:
     def py(y: float) -> float:
         return bottom - (math.log10(y) - math.log10(y0)) / (math.log10(y1) - math.log10(y0)) * (bottom - top)
 
-    e = html.escape
+    e = html_line
     roof = [(x0, r.roof(x0)), (r.ridge, r.peak_gflops), (x1, r.peak_gflops)]
     path = " ".join(f"{'M' if k == 0 else 'L'}{px(x):.1f},{py(max(y, y0)):.1f}" for k, (x, y) in enumerate(roof))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
