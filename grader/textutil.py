@@ -119,6 +119,13 @@ def html_line(text: object) -> str:
     return html.escape(clean_line(str(text)), quote=True)
 
 
+def sheet_cell(text: str) -> str:
+    """A CSV cell a spreadsheet shows as text: one clean line, and no formula (``=``, ``+``, ``-``,
+    ``@`` at the start are escaped with an apostrophe)."""
+    text = clean_line(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 #: The content security policy of the grader's HTML pages: they load nothing from anywhere.
 HTML_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 

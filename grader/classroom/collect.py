@@ -32,6 +32,7 @@ from typing import Callable
 
 from ..errors import GraderError
 from ..gradebook.late import DAY, LatePolicy
+from ..textutil import sheet_cell
 from .roster import RosterError, id_problem
 
 STATE = "collected.json"
@@ -297,14 +298,8 @@ def roster_csv(rows: list[Row]) -> str:
     writer.writerow(COLUMNS)
     for r in rows:
         writer.writerow([r.student, r.path, r.commit, r.collected_at, r.deadline, r.late_days, r.penalty,
-                         _plain(r.flags), _plain(r.problem)])
+                         sheet_cell(r.flags), sheet_cell(r.problem)])
     return buf.getvalue()
-
-
-def _plain(text: str) -> str:
-    """A cell a spreadsheet shows as text (no formula)."""
-    text = " ".join(text.split())
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetime.datetime | None = None,

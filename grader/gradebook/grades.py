@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import GraderError
 from ..outcome import fmt_points
-from ..textutil import clean_line
+from ..textutil import sheet_cell
 from . import dashboard, records, summary
 from .records import StudentRecord, student_folder
 
@@ -77,12 +77,6 @@ def read_manifest(folder: Path) -> Manifest:
         raise GraderError(f"unreadable ({type(exc).__name__}: {exc})", path=path) from None
 
 
-def _cell(text: str) -> str:
-    """A CSV cell a spreadsheet shows as text (no formula: = + - @ at the start are escaped)."""
-    text = clean_line(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
 def not_run(manifest: Manifest, record: StudentRecord) -> tuple[str, ...]:
     """The families of checks that did not run for ``record``: ``gpu`` (then none of them ran), or
     those the run's options turned off."""
@@ -99,8 +93,8 @@ def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
         scores = [fmt_points(s) if (s := r.score(lab)) is not None else "" for lab in manifest.lab_ids]
         late = r.late or {}
         writer.writerow([r.student, *scores, fmt_points(r.total), fmt_points(manifest.max_total), r.status,
-                         _cell("; ".join(r.problems)), r.commit or "", " ".join(not_run(manifest, r)), fmt_points(r.raw_total),
-                         str(late.get("late_days", "")), f"{r.penalty:.4g}" if r.late else "", _cell(" | ".join(late.get("flags", [])))])
+                         sheet_cell("; ".join(r.problems)), r.commit or "", " ".join(not_run(manifest, r)), fmt_points(r.raw_total),
+                         str(late.get("late_days", "")), f"{r.penalty:.4g}" if r.late else "", sheet_cell(" | ".join(late.get("flags", [])))])
     return buf.getvalue()
 
 
