@@ -187,6 +187,8 @@ def test_the_collect_roster_is_refused_with_the_line_and_the_problem(tmp_path):
         parse_time("2026-12-01T23:59:00", "--deadline")
     path.write_text("# the class of 2026\n\nstudent,repository,extension\nalice,r\n")  # a header after comments
     assert [e.student for e in load_entries(path, DEADLINE)] == ["alice"]
+    path.write_bytes("\ufeffstudent,repository\nalice,r\n".encode())  # saved by a spreadsheet, with a byte-order mark
+    assert [e.student for e in load_entries(path, DEADLINE)] == ["alice"]
 
 
 def test_the_late_policy_names_the_file_key_and_value(tmp_path):

@@ -33,7 +33,7 @@ from typing import Callable
 from ..errors import GraderError
 from ..gradebook.late import DAY, LatePolicy
 from ..textutil import sheet_cell
-from .roster import RosterError, id_problem
+from .roster import RosterError, id_problem, read_text
 
 STATE = "collected.json"
 ROSTER = "roster.csv"
@@ -98,10 +98,7 @@ def parse_time(text: str, what: str) -> datetime.datetime:
 
 def load_entries(path: Path, deadline: datetime.datetime) -> list[Entry]:
     """The collect roster: ``student,repository[,extension]`` (a header line is optional)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RosterError(f"cannot read it ({exc})", path=path) from None
+    text = read_text(path)
     entries: list[Entry] = []
     seen: dict[str, int] = {}
     for number, raw in enumerate(text.splitlines(), start=1):

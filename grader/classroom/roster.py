@@ -179,8 +179,8 @@ def _late(fields: Mapping[str, str], where: str) -> Mapping[str, Any] | None:
             "penalty": penalty, "flags": flags}
 
 
-def load(roster: Path) -> list[Student]:
-    """Students from a roster CSV file (UTF-8, a byte-order mark from a spreadsheet is fine)."""
+def read_text(roster: Path) -> str:
+    """A roster CSV file's text (UTF-8, a byte-order mark from a spreadsheet is fine)."""
     try:
         data = roster.read_bytes()
     except FileNotFoundError:
@@ -188,8 +188,12 @@ def load(roster: Path) -> list[Student]:
     except OSError as exc:
         raise RosterError(f"cannot read the roster ({exc.strerror})", path=roster) from None
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise RosterError(f"not UTF-8 text (first bad byte on line {line})", path=roster) from None
-    return parse(text, roster)
+
+
+def load(roster: Path) -> list[Student]:
+    """Students from a roster CSV file (see :func:`read_text`)."""
+    return parse(read_text(roster), roster)
