@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecError
-from ..labspec.specload import read_yaml
+from ..labspec.specload import read_yaml, unknown_key
 
 DAY = datetime.timedelta(days=1)
 
@@ -56,9 +55,7 @@ def load_policy(path: Path) -> LatePolicy:
     values: dict[str, float | int] = {}
     for key, value in data.items():
         if key not in fields:
-            near = difflib.get_close_matches(str(key), list(fields), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(fields)}"
-            raise SpecError(f"unknown key{hint}", path=path, key=str(key))
+            raise SpecError(unknown_key(str(key), list(fields)), path=path, key=str(key))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise SpecError(f"expected a number of 0 or more, got {value!r}", path=path, key=key)
         if key == "late_days" and value != int(value):

@@ -102,6 +102,12 @@ def yaml_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("yaml", True)}
 
 
+def unknown_key(name: str, known: list[str]) -> str:
+    """What to say of a key no record has: the nearest known one, or all of them."""
+    near = difflib.get_close_matches(name, known, n=1)
+    return "unknown key" + (f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(known)}")
+
+
 def records(cls: type, key: str = "") -> list[tuple[str, type]]:
     """Every record the loader builds from ``cls`` down, with its key path, depth first in reading order.
 
@@ -179,9 +185,7 @@ class _Loader:
         fields = yaml_fields(cls)
         for name in data:
             if name not in fields:
-                near = difflib.get_close_matches(str(name), list(fields), n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(fields)}"
-                raise self.fail(_join(key, str(name)), f"unknown key{hint}")
+                raise self.fail(_join(key, str(name)), unknown_key(str(name), list(fields)))
         kwargs = {}
         for name, f in fields.items():
             sub = _join(key, name)

@@ -43,9 +43,8 @@ def _lab(r: LabReport) -> list[str]:
     roof = roofline.of(r)
     if roof is not None:
         out += ["<h3>Roofline</h3>", roofline.svg(roof),
-                "<table><tr><th>Kernel</th><th>FLOP/byte</th><th>GFLOP/s</th><th>Roof GFLOP/s</th><th>% of roof</th></tr>"]
-        out += [f"<tr><td>{html_line(p.kernel)}</td><td>{p.intensity:.3g}</td><td>{p.gflops:.1f}</td><td>{roof.roof(p.intensity):.1f}</td>"
-                f"<td>{100 * roof.share(p):.1f}</td></tr>" for p in roof.points]
+                "<table><tr>" + "".join(f"<th>{html_line(c)}</th>" for c in roofline.COLUMNS) + "</tr>"]
+        out += ["<tr>" + "".join(f"<td>{html_line(cell)}</td>" for cell in row) + "</tr>" for row in roofline.figures(roof)]
         out.append("</table>")
     return out
 

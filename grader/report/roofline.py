@@ -65,12 +65,19 @@ def of(report: LabReport) -> Roofline | None:
     return Roofline(report.lab, peak_gflops, peak_gbps, tuple(points))
 
 
+#: The columns of the picture's figures.
+COLUMNS = ("Kernel", "FLOP/byte", "GFLOP/s", "Roof GFLOP/s", "% of roof")
+
+
+def figures(r: Roofline) -> list[tuple[str, str, str, str, str]]:
+    """The picture's figures, one row per kernel, formatted as every report shows them."""
+    return [(p.kernel, f"{p.intensity:.3g}", f"{p.gflops:.1f}", f"{r.roof(p.intensity):.1f}", f"{100 * r.share(p):.1f}")
+            for p in r.points]
+
+
 def table(r: Roofline) -> list[str]:
     """The picture's figures as a Markdown table."""
-    lines = ["| Kernel | FLOP/byte | GFLOP/s | Roof GFLOP/s | % of roof |", "|---|---|---|---|---|"]
-    for p in r.points:
-        lines.append(f"| {p.kernel} | {p.intensity:.3g} | {p.gflops:.1f} | {r.roof(p.intensity):.1f} | {100 * r.share(p):.1f} |")
-    return lines
+    return ["| " + " | ".join(COLUMNS) + " |", "|---" * len(COLUMNS) + "|", *("| " + " | ".join(row) + " |" for row in figures(r))]
 
 
 def _bounds(r: Roofline) -> tuple[float, float, float, float]:
