@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..engine.identity import utc_stamp
 from ..errors import GraderError
 from ..gradebook.late import DAY, LatePolicy
 from ..textutil import sheet_cell
@@ -79,10 +80,6 @@ class Row:
     flags: str
     problem: str
     note: str  # what this run did, for the terminal
-
-
-def iso(t: datetime.datetime) -> str:
-    return t.astimezone(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def parse_time(text: str, what: str) -> datetime.datetime:
@@ -196,7 +193,7 @@ def fetch(source: str, clone: Path) -> tuple[str, str, str]:
         return "", "", "the repository's default branch names no commit"
     _git("update-ref", f"refs/collected/{head}", head, cwd=clone)  # kept: a later force push cannot make it vanish
     stamp = _git("show", "-s", "--format=%ct", head, cwd=clone).stdout.strip()
-    dated = iso(datetime.datetime.fromtimestamp(int(stamp), datetime.timezone.utc)) if stamp.isdigit() else ""
+    dated = utc_stamp(datetime.datetime.fromtimestamp(int(stamp), datetime.timezone.utc)) if stamp.isdigit() else ""
     return head, dated, ""
 
 
@@ -230,11 +227,11 @@ def _collect_one(entry: Entry, before: Record, clone: Path, now: datetime.dateti
     record = Record(before.source, before.deadline, list(before.collections), list(before.flags), before.problem)
     deadline = entry.deadline
     if now < deadline:
-        return f"not yet due (deadline {iso(deadline)})", record
+        return f"not yet due (deadline {utc_stamp(deadline)})", record
     commit, dated, problem = fetch(entry.source, clone)
     if problem:
         if record.collections:
-            record.flags.append(f"at {iso(now)}: {problem}; the earlier collection stands")
+            record.flags.append(f"at {utc_stamp(now)}: {problem}; the earlier collection stands")
             return f"kept the earlier collection: {problem}", record
         record.problem = problem
         return problem, record
@@ -243,9 +240,9 @@ def _collect_one(entry: Entry, before: Record, clone: Path, now: datetime.dateti
     if last is not None and last["commit"] == commit:
         return f"unchanged since {last['at']}", record
     if last is not None and _rewritten(clone, last["commit"], commit):
-        record.flags.append(f"history rewritten between {last['at']} and {iso(now)} (force push): "
+        record.flags.append(f"history rewritten between {last['at']} and {utc_stamp(now)} (force push): "
                             f"{last['commit'][:12]} is not in the new history")
-    record.collections.append({"commit": commit, "at": iso(now), "dated": dated})
+    record.collections.append({"commit": commit, "at": utc_stamp(now), "dated": dated})
     return f"collected {commit[:12]}", record
 
 
@@ -268,9 +265,9 @@ def date_flags(chosen: dict[str, str], first: datetime.datetime, deadline: datet
     dated = parse_time(chosen["dated"], "dated")
     on_time = deadline + policy.grace
     if dated > on_time and first <= on_time:
-        return [f"commit dated {chosen['dated']}, after the deadline, yet collected at {iso(first)}: its date is wrong"]
+        return [f"commit dated {chosen['dated']}, after the deadline, yet collected at {utc_stamp(first)}: its date is wrong"]
     if dated <= deadline and first > on_time:
-        return [f"commit dated {chosen['dated']}, before the deadline, but first collected at {iso(first)}: "
+        return [f"commit dated {chosen['dated']}, before the deadline, but first collected at {utc_stamp(first)}: "
                 "graded as late from when it was collected"]
     return []
 
@@ -279,13 +276,13 @@ def row_for(entry: Entry, record: Record | None, policy: LatePolicy, note: str, 
     path = f"{REPOS}/{entry.student}"
     if record is None or not record.collections:
         problem = (record.problem if record is not None and record.problem else
-                   f"not collected yet (deadline {iso(entry.deadline)})")
-        return Row(entry.student, path, "", "", iso(entry.deadline), "", "", "", f"collect: {problem}", note)
+                   f"not collected yet (deadline {utc_stamp(entry.deadline)})")
+        return Row(entry.student, path, "", "", utc_stamp(entry.deadline), "", "", "", f"collect: {problem}", note)
     chosen, first = graded(record, entry.deadline, policy)
     assert chosen is not None and first is not None
     days = policy.days_late(entry.deadline, first)
     flags = [*record.flags, *date_flags(chosen, first, entry.deadline, policy)]
-    return Row(entry.student, path, chosen["commit"], iso(first), iso(entry.deadline), str(days),
+    return Row(entry.student, path, chosen["commit"], utc_stamp(first), utc_stamp(entry.deadline), str(days),
                f"{policy.penalty(days):.4g}", " | ".join(flags), "", note)
 
 
@@ -306,8 +303,8 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
     folder.mkdir(parents=True, exist_ok=True)
     state = load_state(folder)
     for e in entries:
-        state.setdefault(e.student, Record(redact(e.source), iso(e.deadline)))
-        state[e.student].source, state[e.student].deadline = redact(e.source), iso(e.deadline)
+        state.setdefault(e.student, Record(redact(e.source), utc_stamp(e.deadline)))
+        state[e.student].source, state[e.student].deadline = redact(e.source), utc_stamp(e.deadline)
     notes: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=FETCHES_AT_ONCE) as pool:
         futures = {e.student: pool.submit(_collect_one, e, state[e.student], folder / REPOS / e.student, now) for e in entries}

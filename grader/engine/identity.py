@@ -168,6 +168,11 @@ def identify(specs: list[LabSpec], files: Mapping[str, str | None], options: Gra
                     used.origin, used.folder, used.hash, late=late)
 
 
+def utc_stamp(t: datetime.datetime) -> str:
+    """``t`` as reports write times: ISO 8601 in UTC to the second (``2026-12-01T23:59:00Z``)."""
+    return t.astimezone(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 def completed(identity: Identity, reports: list[LabReport], options: GradeOptions) -> Identity:
     """``identity`` with the time, the host, the GPU and the sandbox that graded ``reports``."""
     env: Mapping[str, object] = reports[0].environment if reports and reports[0].environment else {}
@@ -177,6 +182,6 @@ def completed(identity: Identity, reports: list[LabReport], options: GradeOption
         gpu = probe.gpu.name if probe.gpu else f"none: {probe.reason}"
         driver = probe.gpu.driver if probe.gpu else None
         sandbox = sandbox_for(options).describe()
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    now = utc_stamp(datetime.datetime.now(datetime.timezone.utc))
     return dataclasses.replace(identity, graded_at=now, host=socket.gethostname(), gpu=str(gpu),
                                driver=str(driver) if driver is not None else None, sandbox=str(sandbox))
