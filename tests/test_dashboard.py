@@ -138,7 +138,7 @@ def test_a_headless_browser_renders_the_page(graded_class, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     rendered = _parse(dom.stdout)
     assert [len(r) for r in rendered.rows if r] == [len(r) for r in _parse(page.read_text()).rows if r] != []
-    assert "Class results: 2 students, 1 labs" in " ".join(rendered.text)
+    assert "Class results: 2 students, 1 lab" in " ".join(rendered.text)
     shot = tmp_path / "dashboard.png"
     done = subprocess.run([browser, *flags, "--window-size=1200,900", f"--screenshot={shot}", page.as_uri()],
                           capture_output=True, text=True, timeout=120)

@@ -90,7 +90,7 @@ def test_moodle_is_keyed_by_the_chosen_identifier_and_refuses_an_unknown_student
     text, _ = lms.moodle_csv(LABS, [_record("jdoe", 24, 30), _record("rroe", 12, 16, penalty=0.5)], mapping, "email")
     assert _rows(text) == [["email", "Tiled matrix multiplication", "Parallel histogram"],
                            ["jane@uni.example", "24", "30"], ["rick@uni.example", "6", "8"]]
-    with pytest.raises(GraderError, match=r"1 students of the results have no 'idnumber' here: alice"):
+    with pytest.raises(GraderError, match=r"1 student of the results has no 'idnumber' here: alice"):
         lms.moodle_csv(LABS, [_record("jdoe", 1, 1), _record("alice", 1, 1)], mapping, "idnumber")
     mapping.write_text("student,idnumber\njdoe,S1\nrroe,S1\n")
     with pytest.raises(GraderError, match="two students share the idnumber 'S1'"):

@@ -48,7 +48,7 @@ def test_the_page_is_self_contained_escaped_and_draws_each_kernel():
     assert f'content="{html.CSP}"' in page and "<script" not in page and "<img" not in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "(labs/tiled_matmul/student.cu:31)" in page
     assert page.count("<circle ") == 3 and "FP32 peak 66900 GFLOP/s" in page
-    assert "<h1>CUDA labs: 0/2 points over 1 labs</h1>" in page
+    assert "<h1>CUDA labs: 0/2 points over 1 lab</h1>" in page
 
 
 def test_the_report_folder_has_the_page_the_pictures_and_the_figures_in_markdown(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..outcome import fmt_points
-from ..textutil import HTML_CSP, html_line
+from ..textutil import HTML_CSP, html_line, plural
 from .records import StudentRecord, Verdict
 from .summary import BANDS, band_counts
 
@@ -88,8 +88,8 @@ def render(manifest: Any, rows: Sequence[StudentRecord], not_run: Mapping[str, t
     grader = manifest.grader
     parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
              f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-             f"<title>Class results: {len(rows)} students</title><style>{STYLE}</style></head><body>",
-             f"<h1>Class results: {len(rows)} students, {len(labs)} labs</h1>",
+             f"<title>Class results: {plural(len(rows), 'student')}</title><style>{STYLE}</style></head><body>",
+             f"<h1>Class results: {plural(len(rows), 'student')}, {plural(len(labs), 'lab')}</h1>",
              f"<p>Graded on {html_line(', '.join(gpus) or 'no GPU')} by cuda-lab-grader {html_line(grader.get('version', ''))} "
              f"(sources {html_line(str(grader.get('source', ''))[:12])})"
              + (f", shard {html_line(manifest.shard)}" if manifest.shard else "") + "; every score below is in "

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import GraderError
 from ..outcome import fmt_points
+from ..textutil import plural
 from .records import StudentRecord
 
 FORMATS = ("canvas", "moodle")
@@ -67,7 +68,8 @@ def _unmatched(records: Sequence[StudentRecord], known: Mapping[str, Any], path:
     missing = [r.student for r in records if r.student not in known]
     if missing:
         shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-        raise GraderError(f"{len(missing)} students of the results have no {key!r} here: {shown}; the import file was "
+        have = "has" if len(missing) == 1 else "have"
+        raise GraderError(f"{plural(len(missing), 'student')} of the results {have} no {key!r} here: {shown}; the import file was "
                           "not written (add them, or fix their ids)", path=path)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..outcome import LabReport, Outcome, fmt_points
-from ..textutil import HTML_CSP, cap_lines, clean, html_line, html_text
+from ..textutil import HTML_CSP, cap_lines, clean, html_line, html_text, plural
 from . import roofline
 from .text import identity_line, score_line
 
@@ -56,7 +56,7 @@ def render(reports: list[LabReport], identity: Mapping[str, Any] | None = None) 
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
              f"<title>CUDA labs: {fmt_points(total)}/{fmt_points(top)}</title><style>{STYLE}</style></head><body>",
-             f"<h1>CUDA labs: {fmt_points(total)}/{fmt_points(top)} points over {len(reports)} labs</h1>"]
+             f"<h1>CUDA labs: {fmt_points(total)}/{fmt_points(top)} points over {plural(len(reports), 'lab')}</h1>"]
     if who:
         parts.append(f'<p class="who">{html_line(who)}</p>')
     for r in reports:
