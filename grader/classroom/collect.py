@@ -272,7 +272,7 @@ def date_flags(chosen: dict[str, str], first: datetime.datetime, deadline: datet
     return []
 
 
-def row_for(entry: Entry, record: Record | None, policy: LatePolicy, note: str, folder: Path) -> Row:
+def row_for(entry: Entry, record: Record | None, policy: LatePolicy, note: str) -> Row:
     path = f"{REPOS}/{entry.student}"
     if record is None or not record.collections:
         problem = (record.problem if record is not None and record.problem else
@@ -312,7 +312,7 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
             notes[e.student], state[e.student] = futures[e.student].result()
             _save(folder, state)  # a run stopped part-way keeps what it collected, with the time it did
             progress(f"[{k}/{len(entries)}] {e.student}: {notes[e.student]}")
-    rows = [row_for(e, state[e.student], policy, notes[e.student], folder) for e in entries]
+    rows = [row_for(e, state[e.student], policy, notes[e.student]) for e in entries]
     tmp = folder / f".{ROSTER}.{os.getpid()}.tmp"
     tmp.write_text(roster_csv(rows), encoding="utf-8")
     os.replace(tmp, folder / ROSTER)

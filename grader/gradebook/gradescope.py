@@ -70,5 +70,5 @@ def results(reports: list[LabReport], identity: Mapping[str, Any] | None = None,
     if board:
         doc["leaderboard"] = board
     if identity is not None:
-        doc["extra_data"] = {"identity": dict(identity), "gpu": {"name": gpu, "driver": (identity or {}).get("driver")}}
+        doc["extra_data"] = {"identity": dict(identity), "gpu": {"name": gpu, "driver": identity.get("driver")}}
     return doc
