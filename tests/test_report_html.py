@@ -59,3 +59,9 @@ def test_the_report_folder_has_the_page_the_pictures_and_the_figures_in_markdown
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "[report.html](report.html)" in md and "| student | 68.3 | 8129.7 | 66900.0 | 12.2 |" in md
     assert (tmp_path / "report.md").read_text() == md
+
+
+def test_a_class_folder_has_the_page_without_the_pictures(tmp_path):
+    files.write_folder([_report()], {"student": "alice"}, tmp_path, pictures=False)
+    assert (tmp_path / "report.html").is_file() and "<circle " in (tmp_path / "report.html").read_text()
+    assert not list(tmp_path.glob("roofline-*.png"))

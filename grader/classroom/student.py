@@ -59,7 +59,7 @@ def grade_student(job: StudentJob, options: GradeOptions, progress: Progress = n
         raise stopping.Stopped(f"{job.student.id}: stopped before their results were published")
     identity = completed(job.identity, reports, options).as_dict()
     partial = plan.partial_folder(job.folder)
-    report_files.write_folder(reports, identity, partial)
+    report_files.write_folder(reports, identity, partial, pictures=False)  # report.html draws them inline
     doc = gradescope.results(reports, identity, visibility, time.monotonic() - started)
     (partial / RESULTS).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     if stopping.requested():
