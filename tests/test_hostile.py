@@ -318,13 +318,12 @@ def test_a_submission_that_keeps_all_gpu_memory_is_told_so_and_the_next_case_sta
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         (LOG_DIR / "hog_gpu_memory.txt").write_text(text + "\n")
     assert "internal grader error" not in text and "Traceback" not in text, text
-    starved = [c for c in cases if c.outcome is not Outcome.PASS]
-    assert starved, text
-    for c in starved:
-        assert c.outcome is Outcome.ERROR and c.message.startswith("your code left no free GPU memory: "), text
+    # every call keeps the memory, and each is found by the trusted reading after it, however the
+    # grader's own allocations happen to be cached: each case is an error, and the next starts afresh
+    assert all(c.outcome is Outcome.ERROR for c in cases), text
+    for c in cases:
+        assert c.message.startswith("your code left no free GPU memory: "), text
         assert "GiB held after it returned" in c.message and "the next case runs in a fresh process" in c.message
-    # which case starves depends on how much the previous case's freed buffers give back (on an
-    # H100, with cases growing, only the last); any case after a starved one runs in a fresh worker
-    after = [cases[i + 1] for i, c in enumerate(cases[:-1]) if c in starved]
-    assert all(c.outcome is Outcome.PASS for c in after), text
+        held, total = (float(c.message.split(": ", 1)[1].split(" GiB")[k].split()[-1]) for k in (0, 1))
+        assert held > total / 2, c.message
     assert len(cases) == len(spec.correctness.cases), text  # the starved case did not end the grading

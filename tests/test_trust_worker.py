@@ -58,7 +58,9 @@ def _read() -> Task:
 
 
 GOOD_CASE = {"status": "ok", "seconds": 0.01, "kernels_launched": ["matmul_tiled"]}
-GOOD_READ = {"status": "ok", "outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": []}
+#: The GPU's memory as the trusted worker finds it after a call that kept none: [free, total].
+ROOMY = [79 << 30, 80 << 30]
+GOOD_READ = {"status": "ok", "outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY}
 
 
 def test_a_reply_of_the_shape_its_task_asks_for_is_accepted():
@@ -92,6 +94,7 @@ def test_a_malformed_or_forged_case_reply_is_named(change, why):
     ({"guard_violations": {"P": [0]}}, "guard_violations P: not two counts"),
     ({"guard_violations": {"P": [-1, 0]}}, "guard_violations P: not two counts"),
     ({"inputs_modified": ["X"]}, "inputs_modified names no such buffer: 'X'"),
+    ({"gpu_memory": [1 << 30]}, "gpu_memory not two counts"),
 ])
 def test_a_reading_of_shared_buffers_of_the_wrong_shape_is_named(change, why):
     """The trusted worker's reading is checked too: a wrong one is the grader's bug, never believed."""
@@ -240,11 +243,14 @@ class _Session:
 
     def __init__(self, tmp_path: Path, name: str, answer):
         self.dirs = RunDirs(tmp_path / name / "in", tmp_path / name / "out")
-        self.answer, self.tasks, self.proc = answer, [], None
+        self.answer, self.tasks, self.proc, self.killed = answer, [], None, 0
 
     def run(self, task, limit, fds=()):
         self.tasks.append((task, fds))
         return self.answer(task)
+
+    def kill(self):
+        self.killed += 1
 
 
 @pytest.mark.parametrize("guard,modified,expect", [
@@ -274,7 +280,8 @@ def test_a_case_is_judged_on_the_trusted_workers_reading_whatever_the_students_w
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", trusted_answer.want["P"].astype(np.float32))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": guard, "inputs_modified": modified})
+            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": guard, "inputs_modified": modified,
+                                     "gpu_memory": ROOMY})
         return TaskResult("ok", {})
 
     forged = {"seconds": 0.001, "kernels_launched": ["matmul_tiled"], "guard_violations": {}, "inputs_modified": [],
@@ -326,7 +333,7 @@ def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tm
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": []})
+            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
         return TaskResult("ok", {})
 
     killed = TaskResult("timeout", reason="did not finish within 10 s and was killed (infinite loop or deadlock?)", seconds=10.0)
@@ -349,3 +356,104 @@ def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tm
     assert limits == ([10.0, 30.0] if second else [10.0])
     refills = [t for t, _ in trusted.tasks if t["kind"] == Kind.READ.value and t["keep"]]
     assert len(refills) == (1 if second else 0)  # the buffers filled again before the second run
+
+
+@pytest.mark.parametrize("given_back,expect", [
+    (78 << 30, "your code left no free GPU memory: 78.0 GiB of 80.0 GiB held after it returned (0.00 GiB free)"),
+    (0, "correct"),  # another process (another lane) holds it: no one is blamed
+])
+def test_a_call_that_returns_keeping_the_gpus_memory_is_told_so_when_ending_its_worker_gives_it_back(tmp_path, monkeypatch,
+                                                                                                      given_back, expect):
+    """However the trusted worker's own memory happens to be cached, a call that keeps (nearly) all
+    of the GPU's memory is found by the reading after it: the student's worker is ended, and what
+    that gives back is the student's."""
+    import numpy as np
+
+    from grader.checks import correctness
+    from grader.checks.correctness import grade_case
+    from grader.labspec.labs import load_problem
+    from grader.worker.protocol import Kind
+
+    monkeypatch.setattr(correctness, "RELEASE_WAIT_S", 0.3)
+    spec = find_lab("tiled_matmul")
+    case = spec.correctness.cases[0]
+    problem = load_problem(spec)
+    want = {}
+    starved = 2 << 20
+
+    def trusted_answer(task):
+        if task["kind"] == Kind.SHARE.value:
+            want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
+            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+        if task["kind"] == Kind.READ.value:
+            Path(task["out_dir"]).mkdir(parents=True)
+            np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
+            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [],
+                                     "gpu_memory": [starved, 80 << 30]})
+        if task["kind"] == Kind.MEMORY.value:  # asked once the student's worker is ended
+            return TaskResult("ok", {"gpu_memory": [starved + (given_back if student.killed else 0), 80 << 30]})
+        return TaskResult("ok", {})
+
+    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"]}))
+    trusted = _Session(tmp_path, "trusted", trusted_answer)
+    sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
+                          time_left=lambda limit=math.inf: 60.0)
+    check = grade_case(sub, student, trusted, case, "case0")
+    assert student.killed == 1  # the next case starts a fresh worker either way
+    if expect == "correct":
+        assert check.outcome is Outcome.PASS, check.message
+        assert sum(t["kind"] == Kind.MEMORY.value for t, _ in trusted.tasks) > 1  # it waited for memory that never came
+    else:
+        assert check.outcome is Outcome.ERROR and check.message == expect + (
+            "; free what you allocate with cudaFree before the launcher returns; the next case runs in a fresh process")
+
+
+@pytest.mark.parametrize("given_back,expect", [
+    (78 << 30, "your code left no free GPU memory: 78.0 GiB of 80.0 GiB held after it returned (0.00 GiB free)"),
+    (0, "correct"),  # another process held it, and let go: the case waits and runs
+])
+def test_when_the_trusted_worker_cannot_allocate_the_student_is_blamed_only_if_ending_its_worker_frees_the_memory(
+        tmp_path, monkeypatch, given_back, expect):
+    """With several lanes on one GPU, memory taken while a student's worker lives may be another
+    lane's: the worker is ended, and only memory that comes back then is the student's."""
+    import numpy as np
+
+    from grader.checks import correctness
+    from grader.labspec.labs import load_problem
+    from grader.worker.protocol import Kind
+
+    monkeypatch.setattr(correctness, "RELEASE_WAIT_S", 0.3)
+    monkeypatch.setattr(correctness, "MEMORY_POLL_S", 0.05)
+    spec = find_lab("tiled_matmul")
+    case = spec.correctness.cases[0]
+    problem = load_problem(spec)
+    want = {}
+    shares = []
+
+    def trusted_answer(task):
+        if task["kind"] == Kind.SHARE.value:
+            shares.append(task)
+            if len(shares) == 1:
+                return TaskResult("out_of_memory", reason="out of memory")
+            want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
+            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+        if task["kind"] == Kind.READ.value:
+            Path(task["out_dir"]).mkdir(parents=True)
+            np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
+            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
+        if task["kind"] == Kind.MEMORY.value:
+            return TaskResult("ok", {"gpu_memory": [(2 << 20) + (given_back if student.killed else 0), 80 << 30]})
+        return TaskResult("ok", {})
+
+    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"]}))
+    student.proc = SimpleNamespace(poll=lambda: None if not student.killed else 0)
+    trusted = _Session(tmp_path, "trusted", trusted_answer)
+    sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
+                          time_left=lambda limit=math.inf: 60.0)
+    check = correctness.grade_case(sub, student, trusted, case, "case0")
+    assert student.killed == 1
+    if expect == "correct":
+        assert check.outcome is Outcome.PASS and len(shares) == 2, check.message
+    else:
+        assert check.outcome is Outcome.ERROR and len(shares) == 1
+        assert check.message.startswith(expect) and check.message.endswith("; the next case runs in a fresh process")

@@ -22,6 +22,7 @@ from ..isolation.runner import MEMORY_POLL_S, MEMORY_WAIT_S, TaskResult, WorkerS
 from ..isolation.submission import Submission
 from ..labspec.spec import Case, CounterCheck, LabSpec, SanitizerCheck
 from ..outcome import CheckResult, Outcome, Stage
+from ..worker import protocol
 from ..worker.protocol import ArgSpec, LauncherSpec, Status, Task, case_task, drop_task, read_task, share_task, tool_case_task
 from . import casecache
 from .compare import compare
@@ -91,6 +92,12 @@ def output_limit(want: np.ndarray) -> int:
     return int(want.nbytes) + (64 << 10)
 
 
+#: Free GPU memory after a call under which the call is asked whether it kept the GPU's memory:
+#: this, or 1/64 of the GPU's memory where that is more.
+STARVED_BELOW_BYTES = 256 << 20
+#: How long an ended worker's memory is waited for, polling every ``MEMORY_POLL_S / 5``.
+RELEASE_WAIT_S = 5.0
+
 #: A case killed at its time limit is run once more with this many times the limit (see ``_run_again``).
 RETRY_FACTOR = 3.0
 
@@ -128,18 +135,19 @@ def grade_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, c
 
 
 def _share(worker: WorkerSession, trusted: WorkerSession, task: Task, limit: float) -> TaskResult:
-    """The trusted worker's buffers for a case. Where the GPU's memory is taken while the
-    student's worker lives, its code holds it (nothing else of the grader's runs there now): the
-    worker is ended, and the case is an error against the submission. Where no student code is
-    running, the memory is another process's: waited for, as a worker's start waits."""
+    """The trusted worker's buffers for a case. Where the GPU's memory is taken, the student's
+    worker (if it lives) is ended, and if that gives the memory back, its code held it: the case is
+    an error against the submission. Memory another process holds is waited for, as a worker's
+    start waits."""
     waited_until = time.monotonic() + MEMORY_WAIT_S
     while True:
         result = trusted.run(task, limit)
         if result.status != Status.OUT_OF_MEMORY.value:
             return result
         if worker.proc is not None and worker.proc.poll() is None:
-            worker.kill()
-            return result
+            held = _memory_kept(worker, trusted, None)
+            if held:
+                return dataclasses.replace(result, reason=held)
         if time.monotonic() >= waited_until:
             return dataclasses.replace(result, status=Status.WORKER_ERROR.value)
         time.sleep(MEMORY_POLL_S)
@@ -169,8 +177,13 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
             launched = None
         seconds += result.seconds
         read = trusted.run(read_task(share, str(readings / str(run)), run + 1 < case.repeat, launcher_spec(spec)), 120.0)
-        if read.status != Status.OK.value:
+        ok, starved = read.status == Status.OK.value, read.status == Status.OUT_OF_MEMORY.value
+        held = _memory_kept(worker, trusted, read.data["gpu_memory"] if ok else None) if ok or starved else ""
+        if not ok and not held:
             raise SharingFailed(f"the trusted worker could not read the buffers of {cid}: {read.reason}")
+        if held:
+            taken = dataclasses.replace(result, status=Status.OUT_OF_MEMORY.value, reason=held)
+            return failure_from_task(taken, cid, Stage.CORRECTNESS, case.points)
         problems, details = [], []
         digest = hashlib.sha256()
         for name, (before, after) in read.data["guard_violations"].items():
@@ -202,6 +215,31 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
         cid, Stage.CORRECTNESS, Outcome.PASS, case.points, case.points,
         f"correct (largest error {max_err:.2g}{runs}){slow_note}", "", measured, seconds,
     )
+
+
+def _memory_kept(worker: WorkerSession, trusted: WorkerSession, after: list[int] | None) -> str:
+    """The verdict on a call that kept the GPU's memory ("" for one that did not).
+
+    Where the trusted worker found less than ``STARVED_BELOW_BYTES`` free after the call (``after``:
+    [free, total]) or could not allocate at all (``after`` None), the student's worker is ended (the
+    next case starts a fresh one): what that gives back was the student's. Memory another process
+    holds (another lane's) stays taken and blames no one."""
+    free, total = after or _gpu_memory(trusted) or (0, 0)
+    low = max(STARVED_BELOW_BYTES, total // 64)
+    if not total or (after is not None and free >= low):
+        return ""
+    worker.kill()
+    given_back, waited_until = 0, time.monotonic() + RELEASE_WAIT_S
+    while given_back < low and time.monotonic() < waited_until:
+        time.sleep(MEMORY_POLL_S / 5)
+        given_back = max(given_back, (_gpu_memory(trusted) or (free, total))[0] - free)
+    return protocol.memory_taken(given_back, total, free) if given_back >= low else ""
+
+
+def _gpu_memory(trusted: WorkerSession) -> tuple[int, int] | None:
+    """[free, total] bytes of the GPU's memory, as the trusted worker finds it now."""
+    now = trusted.run(protocol.memory_task(), 30.0)
+    return (int(now.data["gpu_memory"][0]), int(now.data["gpu_memory"][1])) if now.status == Status.OK.value else None
 
 
 def _run_again(sub: Submission, worker: WorkerSession, trusted: WorkerSession, task: Task, shared: TaskResult,

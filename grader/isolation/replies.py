@@ -121,7 +121,10 @@ def _fields(task: Task) -> dict[str, tuple[Check, bool]]:
     if kind == Kind.READ.value:
         files = frozenset(f"{n}.npy" for n in outputs)
         return {"outputs": (_mapping(outputs, lambda v: "" if v in files else f"not its own file: {_short(v)}", exact=True), True),
-                "guard_violations": (_mapping(outputs, _pair), True), "inputs_modified": (_names(inputs), True)}
+                "guard_violations": (_mapping(outputs, _pair), True), "inputs_modified": (_names(inputs), True),
+                "gpu_memory": (_pair, True)}
+    if kind == Kind.MEMORY.value:
+        return {"gpu_memory": (_pair, True)}
     if kind == Kind.MARKED.value:
         return {"results": (_results(task), True)}
     return {}

@@ -16,7 +16,7 @@ from . import owned, shared
 from .buffers import Buffers, StudentCudaError, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
 from .owned import Mapped
-from .protocol import MARK_KERNEL, Kind, Reply, Status, Task, makes_shared
+from .protocol import MARK_KERNEL, Kind, Reply, Status, Task, makes_shared, memory_taken
 from .sampling import run_timing
 
 
@@ -65,7 +65,7 @@ def read_case(cp: Any, task: Task) -> Reply:
     finally:
         if not task.get("keep"):
             owned.drop(task["share"])
-    return {"status": Status.OK.value, **found}
+    return {"status": Status.OK.value, **found, "gpu_memory": list(cp.cuda.runtime.memGetInfo())}
 
 
 def run_marked(cp: Any, task: Task) -> Reply:
@@ -92,6 +92,8 @@ def run_task(cp: Any, task: Task) -> Reply:
             return share_case(cp, task)
         if task["kind"] == Kind.READ.value:
             return read_case(cp, task)
+        if task["kind"] == Kind.MEMORY.value:
+            return {"status": Status.OK.value, "gpu_memory": list(cp.cuda.runtime.memGetInfo())}
         if task["kind"] == Kind.DROP.value:
             owned.drop(task["share"])
             return {"status": Status.OK.value}
@@ -115,15 +117,12 @@ def _out_of_memory(cp: Any, exc: Exception) -> bool:
 
 
 def _memory_left(cp: Any) -> str:
-    gib = 1 << 30
     try:
         free, total = cp.cuda.runtime.memGetInfo()
         ours = cp.get_default_memory_pool().total_bytes()
     except Exception:
         return "your code left no free GPU memory for the next case (free what you allocate with cudaFree)"
-    held = max(0, total - free - ours)
-    return (f"your code left no free GPU memory: {held / gib:.1f} GiB of {total / gib:.1f} GiB held after it returned "
-            f"({free / gib:.2f} GiB free); free what you allocate with cudaFree before the launcher returns")
+    return memory_taken(max(0, total - free - ours), total, free)
 
 
 def _import_cupy(no_pool: bool = False, warm_up: bool = True) -> Any:

@@ -34,6 +34,7 @@ class Kind(str, enum.Enum):
     SHARE = "share"
     READ = "read"
     DROP = "drop"
+    MEMORY = "memory"
     QUIT = "quit"
 
 
@@ -118,8 +119,8 @@ def share_task(launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str,
 def read_task(share: str, out_dir: str, keep: bool, launcher: LauncherSpec) -> Task:
     """(Trusted worker.) Read what the calls left in shared buffers: reply ``outputs`` (file names
     in ``out_dir``), ``guard_violations`` ({output: [bytes before, bytes after]}),
-    ``inputs_modified``. With ``keep`` the buffers are filled again for another call; without,
-    released."""
+    ``inputs_modified`` and ``gpu_memory`` (as ``memory_task``'s, once they are read). With
+    ``keep`` the buffers are filled again for another call; without, released."""
     return Task(kind=Kind.READ.value, share=share, out_dir=out_dir, keep=keep, launcher=launcher)
 
 
@@ -127,6 +128,18 @@ def makes_shared(task: Task) -> bool:
     """A trusted worker's task of making shared buffers. Where the GPU's memory is taken then, it is
     another process's: the worker goes on (a worker that runs out otherwise ends, to free its own)."""
     return task.get("kind") == Kind.SHARE.value or bool(task.get("export"))
+
+
+def memory_task() -> Task:
+    """(Trusted worker.) The GPU's memory now: reply ``gpu_memory``, [free bytes, total bytes]."""
+    return Task(kind=Kind.MEMORY.value)
+
+
+def memory_taken(held: int, total: int, free: int) -> str:
+    """The verdict on a call that returned holding ``held`` bytes of the GPU's memory."""
+    gib = 1 << 30
+    return (f"your code left no free GPU memory: {held / gib:.1f} GiB of {total / gib:.1f} GiB held after it returned "
+            f"({free / gib:.2f} GiB free); free what you allocate with cudaFree before the launcher returns")
 
 
 def drop_task(share: str) -> Task:
