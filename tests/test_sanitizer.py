@@ -114,3 +114,26 @@ def test_a_failed_sanitizer_check_carries_its_line_to_the_junit_report(tmp_path)
 
     (case,) = [c for suite in Xml.fromfile(str(path)) for c in suite]
     assert (case.file, case.line) == ("bad.cu", 2)
+
+
+def test_a_run_whose_only_errors_are_failed_cuda_calls_says_so_not_out_of_bounds():
+    """A program whose cudaMalloc failed (and went on) has no access to blame: the verdict names the
+    failed call, not the lab's out-of-bounds hint."""
+    import threading
+
+    from grader.checks.sanitizer import SanitizerRun, judge
+    from grader.labspec.labs import find_lab
+
+    spec = find_lab("tiled_matmul")
+    check = next(c for c in spec.sanitizers if c.tool == "memcheck")
+    text = read("api_errors.txt")
+    count, findings = sanitizer.parse(text)
+    assert (count, findings) == (3, [])
+
+    class Sub:
+        moot, name, source_lines = threading.Event(), "hog.cu", ()
+
+    result = judge(Sub(), check, SanitizerRun(errors=count, findings=(), log=text))  # type: ignore[arg-type]
+    assert result.message == ("memcheck reported 3 error(s) on width=48, all of them failed CUDA calls, not memory accesses "
+                              "(first: cudaErrorMemoryAllocation from cudaMalloc): check what each CUDA call returns")
+    assert check.hint and check.hint not in result.message

@@ -60,6 +60,8 @@ FINDING_LINES, PRINT_LIMIT = 5, 20
 NOT_PRINTED = "were not printed"
 #: How a report of a failed CUDA call starts, and the note on the program's exit status: neither is a finding.
 API_ERROR, EXIT_NOTE = "Program hit", "Target application returned"
+#: "Program hit cudaErrorMemoryAllocation (error 2) due to "out of memory" on CUDA API call to cudaMalloc."
+_FAILED_CALL = re.compile(rf"{API_ERROR} (\w+) .*? on CUDA API call to (\w+)")
 
 
 def parse(text: str) -> tuple[int, list[str]]:
@@ -219,6 +221,11 @@ def judge(sub: Submission, check: SanitizerCheck, result: SanitizerRun) -> Check
         measured["shared_run_labs"] = result.shared
     if result.writes_outside:
         measured["global_writes_outside"] = True
+    failed_call = _FAILED_CALL.search(result.log) if not result.findings else None
+    if result.errors and failed_call:  # no access of the kernel's was at fault: a CUDA call failed and went on
+        msg = (f"{check.tool} reported {result.errors} error(s) on {case}, all of them failed CUDA calls, not memory accesses "
+               f"(first: {failed_call.group(1)} from {failed_call.group(2)}): check what each CUDA call returns")
+        return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, msg, result.log, measured, result.seconds)
     if result.errors:
         first = result.findings[0].replace("\n", " ") if result.findings else "see the details"
         said, where = summary(result.findings[0], sub.name, sub.source_lines) if result.findings else ("", None)
