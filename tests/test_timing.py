@@ -465,3 +465,16 @@ def test_the_lab_whose_timed_output_took_longest_to_check_is_timed_first(monkeyp
         order.append([who for kind, who, _ in events if kind == "timed"])
         assert [r.lab for r in reports] == ["a", "b", "c"]  # reports stay in lab order
     assert order == [["a", "b", "c"], ["b", "a", "c"]]
+
+
+@pytest.mark.parametrize("ratio,shown", [
+    (0.8958, "0.896"),  # an H100 class run: "0.90x" read as full marks, and failed
+    (0.9048, "0.90"),
+    (1.2345, "1.23"),
+    (0.59996, "0.59996"),  # below none-at-0.6 however it is rounded to fewer digits
+    (0.6, "0.60"),
+])
+def test_a_speed_ratio_is_shown_on_the_side_of_each_threshold_it_is_on(ratio, shown):
+    from grader.checks.speed import shown_ratio
+
+    assert shown_ratio(ratio, 0.9, 0.6) == shown

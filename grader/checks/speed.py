@@ -87,6 +87,16 @@ def scored(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list
     return checks, timings
 
 
+def shown_ratio(ratio: float, *edges: float) -> str:
+    """``ratio`` with two decimals, or as many more as it takes to stay on its side of each edge
+    (0.896 against full marks at 0.9 reads "0.896", not "0.90")."""
+    for digits in (2, 3, 4):
+        text = f"{ratio:.{digits}f}"
+        if all((float(text) >= edge) == (ratio >= edge) for edge in edges):
+            return text
+    return f"{ratio:.5f}"
+
+
 def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[CheckResult], dict[str, Any]]:
     """The speed checks from a measurement: inputs untouched, the last timed output right, the
     time possible and not forged, then credit on each ratio."""
@@ -171,7 +181,7 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
         ratio = base.median_ms / student.median_ms
         pts = partial_credit(ratio, c.zero, c.full, c.points)
         msg = (
-            f"{ratio:.2f}x the speed of the {c.baseline} kernel (full marks at >= {c.full:g}x, none at <= {c.zero:g}x): "
+            f"{shown_ratio(ratio, c.full, c.zero)}x the speed of the {c.baseline} kernel (full marks at >= {c.full:g}x, none at <= {c.zero:g}x): "
             f"yours {student.median_ms:.3f} ms, {c.baseline} {base.median_ms:.3f} ms (medians of {student.n} and {base.n})"
             f"{late}"
         )
