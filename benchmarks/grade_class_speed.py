@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,11 +45,13 @@ sys.path.insert(0, str(ROOT))
 from grader.classroom import roster  # noqa: E402
 from grader.classroom.progress import Display  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
+from grader.course.validate import load_solutions  # noqa: E402
 from grader.engine.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
 from grader.errors import GraderError  # noqa: E402
 from grader.gradebook.records import STUDENTS_DIR  # noqa: E402
 from grader.isolation.options import GradeOptions, usable_cpus  # noqa: E402
 from grader.labspec.labs import find_lab, lab_ids  # noqa: E402
+from grader.textutil import plural  # noqa: E402
 
 HANG = ROOT / "tests" / "hostile" / "tiled_matmul" / "host_infinite_loop.cu"
 COMPILE_ERROR = "// does not compile\nextern \"C\" void matmul(const float* M, const float* N, float* P, int width) { oops }\n"
@@ -147,21 +149,40 @@ def alone_verdicts(repo: Path, options: GradeOptions) -> list[Verdict] | str:
     return [(r.lab, c.id, c.outcome.value, c.stage.value) for r in reports for c in r.checks]
 
 
-def differ(name: str, alone: list[Verdict] | str, in_class: list[Verdict]) -> list[str]:
+Difference = tuple[str, str, str, str]  # student, lab, check ("" for the whole repository), what differs
+
+
+def differ(name: str, alone: list[Verdict] | str, in_class: list[Verdict], before: str = "alone") -> list[Difference]:
+    """Where ``in_class`` differs from the verdicts ``alone`` (graded alone, or ``before``: in
+    another run)."""
     if isinstance(alone, str):  # not a repository: the class must have said so for every lab
-        return [] if all(c[2] != "pass" for c in in_class) else [f"{name}: alone: {alone}; in the class some checks passed"]
-    out = [f"{name}: {a[0]}/{a[1]} alone {a[2]}, in the class {b[2]} ({a[3]})" for a, b in zip(alone, in_class) if a != b]
+        return [] if all(c[2] != "pass" for c in in_class) else [(name, "", "", f"{before}: {alone}; in the class some checks passed")]
+    out = [(name, a[0], a[1], f"{a[0]}/{a[1]} {before} {a[2]}, in the class {b[2]} ({a[3]})") for a, b in zip(alone, in_class) if a != b]
     if len(alone) != len(in_class):
-        out.append(f"{name}: {len(alone)} checks alone, {len(in_class)} in the class")
+        out.append((name, "", "", f"{len(alone)} checks {before}, {len(in_class)} in the class"))
     return out
 
 
-def compare(repos: Path, out: Path, names: list[str], options: GradeOptions) -> list[str]:
+def borderline(count: int) -> Callable[[Difference], bool]:
+    """Whether a difference is in a check whose expected verdict is `any` for the known solution
+    the student handed in (expected.yaml says why: a ratio at a threshold of its speed check, on an
+    H100). As in benchmarks/regrade_stability.py, such a flip is listed, not counted."""
+    handed_in = dict(_recipes(count))
+    expected = {s.file.resolve(): s for lab in lab_ids() for s in load_solutions(find_lab(lab))}
+
+    def allowed(diff: Difference) -> bool:
+        source = handed_in.get(diff[0], {}).get(diff[1])
+        known = expected.get(source.resolve()) if isinstance(source, Path) else None
+        return known is not None and bool(diff[2]) and known.verdict(diff[2]) == "any"
+    return allowed
+
+
+def compare(repos: Path, out: Path, names: list[str], options: GradeOptions) -> list[Difference]:
     """Each student's verdicts in the class against grading their repository alone."""
     return [line for name in names for line in differ(name, alone_verdicts(repos / name, options), in_class_verdicts(out, name))]
 
 
-def compare_with(saved: Path, out: Path, names: list[str]) -> list[str]:
+def compare_with(saved: Path, out: Path, names: list[str]) -> list[Difference]:
     """Each student's verdicts in the class against those ``--alone-only`` saved (a JSON file),
     or those of another class run (its results folder: a regrade)."""
     if saved.is_dir():
@@ -174,7 +195,8 @@ def compare_with(saved: Path, out: Path, names: list[str]) -> list[str]:
 
     def verdicts(saved: Any) -> list[Verdict] | str:
         return saved if isinstance(saved, str) else [(a, b, c, d) for a, b, c, d in saved]
-    return [line for name in names if name in earlier for line in differ(name, verdicts(earlier[name]), in_class_verdicts(out, name))]
+    before = "in the earlier run" if saved.is_dir() else "alone"
+    return [line for name in names if name in earlier for line in differ(name, verdicts(earlier[name]), in_class_verdicts(out, name), before)]
 
 
 def grade_alone(repos: Path, names: list[str], options: GradeOptions, saved: Path) -> int:
@@ -323,11 +345,20 @@ def main() -> int:
         if not against:
             differences = compare(repos, out, names, options)
             against = [(f"each repository alone ({time.monotonic() - t0:.1f} s)", differences)]
+        allowed = borderline(count)
         for what, differences in against:
-            print(f"\n{what}: " + ("every verdict the same as in the class" if not differences else f"{len(differences)} verdicts differ:"))
-            for line in differences:
-                print(f"  {line}")
-            status = 1 if differences else status
+            counted = [d for d in differences if not allowed(d)]
+            print(f"\n{what}: " + ("every verdict the same as in the class" if not differences else
+                                   f"{plural(len(counted), 'verdict')} differ" + (":" if counted else "")))
+            for name, _, _, line in counted:
+                print(f"  {name}: {line}")
+            expected_any = [d for d in differences if allowed(d)]
+            if expected_any:
+                print(f"  and {plural(len(expected_any), 'verdict')} of checks whose expected verdict is `any` "
+                      "(listed, not counted):")
+                for name, _, _, line in expected_any:
+                    print(f"  {name}: {line}")
+            status = 1 if counted else status
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return status
