@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from grader.checks import casecache
+from grader.checks import compare
 from grader.labspec.labs import find_lab, load_problem
 
 
@@ -28,11 +28,11 @@ class Counting:
 def test_inputs_are_generated_once_per_case_and_seed(tmp_path):
     spec, problem = find_lab("histogram"), Counting("histogram")
     params = {"n": 5000, "text": "english"}
-    first = casecache.generated(spec, problem, params, 7, tmp_path)
-    again = casecache.generated(spec, problem, dict(reversed(list(params.items()))), 7, tmp_path)
+    first = compare.generated(spec, problem, params, 7, tmp_path)
+    again = compare.generated(spec, problem, dict(reversed(list(params.items()))), 7, tmp_path)
     assert problem.calls["generate"] == 1
     assert np.array_equal(first["text"], again["text"]) and again["text"].dtype == first["text"].dtype
-    other = casecache.generated(spec, problem, params, 8, tmp_path)
+    other = compare.generated(spec, problem, params, 8, tmp_path)
     assert problem.calls["generate"] == 2 and not np.array_equal(first["text"], other["text"])
     entries = list((tmp_path / "cases").rglob("*.npz"))
     assert len(entries) == 2 and all(p.stat().st_mode & 0o077 == 0 for p in entries)
@@ -43,32 +43,32 @@ def test_answers_are_keyed_by_the_very_inputs_they_answer(tmp_path):
     spec, problem = find_lab("histogram"), Counting("histogram")
     params = {"n": 4096}
     text = np.frombuffer(b"abcd" * 1024, dtype=np.uint8)
-    want = casecache.expected(spec, problem, {"text": text}, params, tmp_path)
-    assert np.array_equal(casecache.expected(spec, problem, {"text": text.copy()}, params, tmp_path)["bins"], want["bins"])
+    want = compare.expected(spec, problem, {"text": text}, params, tmp_path)
+    assert np.array_equal(compare.expected(spec, problem, {"text": text.copy()}, params, tmp_path)["bins"], want["bins"])
     assert problem.calls["expected"] == 1
     changed = text.copy()
     changed[0] = ord("z")  # one byte differs: a new answer
-    assert not np.array_equal(casecache.expected(spec, problem, {"text": changed}, params, tmp_path)["bins"], want["bins"])
+    assert not np.array_equal(compare.expected(spec, problem, {"text": changed}, params, tmp_path)["bins"], want["bins"])
     assert problem.calls["expected"] == 2
 
 
 def test_a_damaged_entry_is_computed_again(tmp_path):
     spec, problem = find_lab("tiled_matmul"), Counting("tiled_matmul")
     params = {"width": 16}
-    first = casecache.generated(spec, problem, params, 3, tmp_path)
+    first = compare.generated(spec, problem, params, 3, tmp_path)
     (entry,) = (tmp_path / "cases").rglob("*.npz")
     entry.write_bytes(entry.read_bytes()[:40])
-    again = casecache.generated(spec, problem, params, 3, tmp_path)
+    again = compare.generated(spec, problem, params, 3, tmp_path)
     assert problem.calls["generate"] == 2
     assert all(np.array_equal(first[k], again[k]) for k in first)
 
 
 def test_without_a_cache_folder_or_for_values_that_are_not_arrays_nothing_is_kept(tmp_path):
     spec, problem = find_lab("tiled_matmul"), Counting("tiled_matmul")
-    casecache.generated(spec, problem, {"width": 16}, 3, None)
-    casecache.generated(spec, problem, {"width": 16}, 3, None)
+    compare.generated(spec, problem, {"width": 16}, 3, None)
+    compare.generated(spec, problem, {"width": 16}, 3, None)
     assert problem.calls["generate"] == 2
     odd = SimpleNamespace(expected=lambda inputs, params: {"n": 3})
-    assert casecache.inputs_digest({"n": 3}) is None
-    assert casecache.expected(spec, odd, {"n": 3}, {}, tmp_path) == {"n": 3}  # type: ignore[arg-type]
+    assert compare.inputs_digest({"n": 3}) is None
+    assert compare.expected(spec, odd, {"n": 3}, {}, tmp_path) == {"n": 3}  # type: ignore[arg-type]
     assert not (tmp_path / "cases").exists()

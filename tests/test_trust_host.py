@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from importable import copy_grader
 
-from grader.checks import casecache, counters
+from grader.checks import compare, counters
 from grader.errors import GraderError
 from grader.host import gpulock
 from grader.isolation.build import lab_build
@@ -363,27 +363,27 @@ def test_a_planted_case_in_the_case_cache_is_not_believed(other_user, tmp_path):
     """Forged inputs or answers of the course's secret cases, put there by another user."""
     cache = tmp_path / "cache"
     key = "ab" + "0" * 62
-    casecache._cached(cache, key, lambda: {"x": np.arange(4.0)})  # the grader's own entry
+    compare._cached(cache, key, lambda: {"x": np.arange(4.0)})  # the grader's own entry
     entry = cache / "cases" / "ab" / f"{key}.npz"
     assert entry.exists()
     with open(entry, "wb") as out:
         np.savez(out, x=np.full(4, 7.0))
     os.chown(entry, other_user.uid, other_user.gid)
     with pytest.raises(GraderError, match=f"a cached case belongs to {other_user.name}"):
-        casecache._cached(cache, key, lambda: {"x": np.arange(4.0)})
+        compare._cached(cache, key, lambda: {"x": np.arange(4.0)})
 
 
 def test_a_linked_case_is_refused(tmp_path):
     cache = tmp_path / "cache"
     key = "cd" + "0" * 62
-    casecache._cached(cache, key, lambda: {"x": np.arange(4.0)})
+    compare._cached(cache, key, lambda: {"x": np.arange(4.0)})
     entry = cache / "cases" / "cd" / f"{key}.npz"
     forged = tmp_path / "forged.npz"
     np.savez(forged, x=np.full(4, 7.0))
     entry.unlink()
     entry.symlink_to(forged)
     with pytest.raises(GraderError, match="symbolic link"):
-        casecache._cached(cache, key, lambda: {"x": np.arange(4.0)})
+        compare._cached(cache, key, lambda: {"x": np.arange(4.0)})
 
 
 # ------------------------------------------------------------------ the CI runner

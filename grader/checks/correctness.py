@@ -24,7 +24,7 @@ from ..labspec.spec import Case, CounterCheck, LabSpec, SanitizerCheck
 from ..outcome import CheckResult, Outcome, Stage
 from ..worker import protocol
 from ..worker.protocol import ArgSpec, LauncherSpec, Status, Task, case_task, drop_task, read_task, share_task, tool_case_task
-from . import casecache
+from . import compare as oracle
 from .compare import compare
 
 
@@ -41,7 +41,7 @@ def write_inputs(spec: LabSpec, problem: ModuleType, params: Mapping[str, Any], 
                  folder: Path, cache_dir: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Generate a case's inputs into ``folder`` (one only the grader writes): (arrays, .npy paths)."""
     folder.mkdir(parents=True, exist_ok=True)
-    inputs = casecache.generated(spec, problem, params, seed, cache_dir)
+    inputs = oracle.generated(spec, problem, params, seed, cache_dir)
     paths = {}
     for arg in spec.launcher.args:
         if arg.role == "input":
@@ -115,7 +115,7 @@ def grade_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, c
     cid = f"correctness[{case.label}]"
     seed = secret_seed(sub.secret, spec.id, cid, case.seed)
     inputs, paths = write_inputs(spec, sub.problem, case.params, seed, worker.dirs.inbox / folder, sub.cache_dir)
-    expected = casecache.expected(spec, sub.problem, inputs, case.params, sub.cache_dir)
+    expected = oracle.expected(spec, sub.problem, inputs, case.params, sub.cache_dir)
     guard = spec.correctness.guard_elements
     limit = spec.correctness.time_limit_s
     shared = _share(worker, trusted, share_task(launcher_spec(spec), dict(case.params), paths, guard), sub.time_left(limit))
