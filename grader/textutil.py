@@ -36,6 +36,13 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def quoted_line(source: tuple[str, ...], line: int, limit: int = 100) -> str:
+    """Line ``line`` (from 1) of ``source`` as inline code, its runs of blanks made one and cut at
+    ``limit`` characters; "" where there is no such line or it is blank."""
+    code = " ".join(source[line - 1].split()) if 0 < line <= len(source) else ""
+    return f"`{code[:limit]}`" if code else ""
+
+
 def strip_controls(text: str) -> str:
     """Strip ANSI escapes, lone CRs, bidirectional controls and characters that XML or a terminal
     must not get (keeps tab and LF)."""

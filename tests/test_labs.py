@@ -250,3 +250,25 @@ def test_the_histogram_oracle_counts_letters_in_bins_of_four_across_chunks():
     counted = collections.Counter((b - ord("a")) // 4 for b in text.tolist() if ord("a") <= b <= ord("z"))
     assert got.dtype == np.uint32 and got.tolist() == [counted[k] for k in range(7)]
     assert problem.expected({"text": np.zeros(0, np.uint8)}, {})["bins"].tolist() == [0] * 7
+
+
+@pytest.mark.parametrize("named,problem", [
+    (17, None),
+    (18, "coalesced_loads names line 18, expected line 17: "),
+    (None, "coalesced_loads names no line, expected line 17: "),
+])
+def test_a_known_solution_must_name_its_expected_line(named, problem):
+    """expected.yaml's `lines` pin where a failing check points (a counter's worst line, a
+    sanitizer finding): validation fails where the check names another line, or none."""
+    from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage
+
+    spec = find_lab("corner_turning")
+    (solution,) = [s for s in load_solutions(spec) if s.file.name == "uncoalesced_tile.cu"]
+    assert dict(solution.lines) == {"coalesced_loads": 17}
+    where = SourceLocation("uncoalesced_tile.cu", named) if named else None
+    checks = tuple(CheckResult(c.id, Stage.COUNTERS, Outcome.FAIL if c.id == "coalesced_loads" else Outcome.PASS, 0, 1, "m",
+                               location=where if c.id == "coalesced_loads" else None)
+                   for c in spec.counters)
+    result = judge(solution, LabReport(spec.id, spec.title, "uncoalesced_tile.cu", checks))
+    found = [p for p in result.problems if "names" in p]
+    assert (found[0].startswith(problem) if problem else found == []), found

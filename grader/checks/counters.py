@@ -25,9 +25,10 @@ from ..isolation.launch import Isolation, RunDirs
 from ..isolation.submission import Submission
 from ..isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
 from ..labspec.spec import CounterCheck, params_label, split_metrics
-from ..outcome import CheckResult, Outcome, Stage, partial_credit
+from ..outcome import CheckResult, Outcome, SourceLocation, Stage, partial_credit
 from ..textutil import cap_lines, plural
 from ..worker.protocol import Task
+from . import counterlines
 from .correctness import tool_task
 
 #: Counter checks on the same case share a profiler run: (sorted params, seed).
@@ -202,16 +203,17 @@ def profile(
 
 
 def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
-                 gpu: GpuInfo | None, stop: Stop | None = None) -> tuple[ToolRun | None, CounterRun]:
-    """``task`` run under ncu collecting ``metrics``, holding ``gpu``'s profiling lock: the run,
-    or None and why there is nothing to read (no ncu, no permission, counters busy, timed out or
-    stopped once ``stop`` was set). ``task`` may be the pipe its job comes through
-    (``run_under_tool``): it is tried once, not again while the counters are busy."""
+                 gpu: GpuInfo | None, stop: Stop | None = None, collect: tuple[str, ...] = ()) -> tuple[ToolRun | None, CounterRun]:
+    """``task`` run under ncu collecting ``metrics`` (or what the options ``collect`` ask),
+    holding ``gpu``'s profiling lock: the run, or None and why there is nothing to read (no ncu, no
+    permission, counters busy, timed out or stopped once ``stop`` was set). ``task`` may be the
+    pipe its job comes through (``run_under_tool``): it is tried once, not again while the counters
+    are busy."""
     ncu = toolchain.find("ncu")
     if ncu is None:
         return None, CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
     cmd = [
-        str(ncu), "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
+        str(ncu), *(collect or ("--metrics", ",".join(metrics), "--csv", "--print-units", "base")),
         # kernels by their symbols, demangled as the compiled-code checks name them
         "--print-kernel-base", "mangled", "--clock-control", "none", "--log-file", TOOL_LOG,
         # cudaProfilerStop() in student code hides no kernel: the profiler's list of what ran is whole
@@ -381,7 +383,17 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
             msg = f"{check.what}: {fmt_counter(v_student)} ({case}; full marks at <= {check.full:g}, none at >= {check.zero:g})"
         if v_base is not None:
             msg += f"; the {check.baseline} kernel: {fmt_counter(v_base)}"
+    where, location = _lines(sub, check) if pts < check.points and check.by_line else ("", None)
+    msg += f"; where: {where}" if where else ""
     if pts < check.points and check.hint:
         msg += f". {check.hint}"
     outcome = Outcome.PASS if pts >= check.points else Outcome.FAIL
-    return CheckResult(check.id, Stage.COUNTERS, outcome, pts, check.points, msg, "", measured, mine.seconds)
+    return CheckResult(check.id, Stage.COUNTERS, outcome, pts, check.points, msg, "", measured, mine.seconds, location=location)
+
+
+def _lines(sub: Submission, check: CounterCheck) -> tuple[str, SourceLocation | None]:
+    """The student's lines that ``check``'s figure comes from, by a run with the source counters."""
+    dirs = sub.tool_dirs(f"ncu-lines-{check.id}")
+    run, _ = run_profiler(tool_task(sub, check, dirs), (), dirs, sub.time_left(check.time_limit_s), sub.isolation, sub.gpu,
+                          collect=counterlines.NCU_ARGS)
+    return counterlines.lines(check.by_line, run.log, sub) if run is not None and not run.failure("") else ("", None)

@@ -20,7 +20,7 @@ from ..isolation.submission import Submission
 from ..isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
 from ..labspec.spec import LabSpec, SanitizerCheck, params_label
 from ..outcome import GATE, CheckResult, Outcome, SourceLocation, Stage
-from ..textutil import cap_lines
+from ..textutil import cap_lines, quoted_line
 from ..worker.protocol import Task
 from .correctness import tool_task
 
@@ -180,8 +180,8 @@ def summary(finding: str, source_name: str, source: tuple[str, ...]) -> tuple[st
     where = next((SourceLocation(source_name, int(m.group(2))) for m in _WHERE.finditer(finding) if m.group(1) == source_name),
                  None)
     if where is not None:
-        code = " ".join(source[where.line - 1].split()) if 0 < where.line <= len(source) else ""
-        what += f" at line {where.line}" + (f" (`{code[:QUOTE_CHARS]}`)" if code else "")
+        code = quoted_line(source, where.line, QUOTE_CHARS)
+        what += f" at line {where.line}" + (f" ({code})" if code else "")
     by = _BY.search(finding)
     if by:
         what += f", thread ({by['t']}) block ({by['b']})"

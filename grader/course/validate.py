@@ -75,6 +75,10 @@ def judge(solution: ExpectedSolution, report: LabReport) -> SolutionResult:
             unchecked += 1
         elif want != "any" and check.outcome.value != want:
             mismatches.append(VerdictMismatch(check.id, check.outcome.value, want, check.message))
+        line = solution.lines.get(check.id)
+        named = check.location.line if check.location is not None else None
+        if line is not None and check.outcome is not Outcome.SKIPPED and named != line:
+            problems.append(f"{check.id} names {f'line {named}' if named else 'no line'}, expected line {line}: {check.message}")
     if not unchecked:  # score bounds only mean something when every check ran
         if solution.min_score is not None and report.score < solution.min_score:
             problems.append(f"score {fmt_points(report.score)} is below the expected minimum {fmt_points(solution.min_score)}")

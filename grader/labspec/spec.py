@@ -23,6 +23,7 @@ StaticRequirement = Literal[
 ]
 SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
 CounterKind = Literal["reduction", "at_most"]
+LineFigure = Literal["", "global_load_sectors", "global_load_requests", "shared_bank_conflicts", "global_atomics"]
 ParamValue = typing.Union[int, str]
 VerdictName = Literal["pass", "fail", "error", "skipped", "any"]
 
@@ -248,6 +249,12 @@ class CounterCheck:
         "doc": "The kernel profiled for comparison: " + _BASELINE + " Required for `reduction`; empty: none. For "
                "`at_most` it is only shown beside the student's value: a student bundle without it leaves it out."})
     hint: str = field(default="", metadata={"doc": _HINT})
+    by_line: LineFigure = field(default="", metadata={
+        "doc": "Where the check fails, name the student's source lines its figure comes from (at most three, "
+               "worst first), from a second profiler run with the source counters: `global_load_sectors` "
+               "(sectors fetched per sector a coalesced load needs), `global_load_requests`, "
+               "`shared_bank_conflicts` (extra wavefronts per shared-memory instruction) or `global_atomics`; "
+               "empty: none."})
     time_limit_s: float = field(default=120.0, metadata={"doc": "Seconds one profiler run (the student's or the "
                                                                 "baseline's) may take."})
     course_only: bool = field(default=False, metadata={"doc": _COURSE_ONLY})
@@ -359,6 +366,9 @@ class ExpectedSolution:
                "on the grading machine."})
     max_score: Optional[float] = field(default=None, metadata={
         "doc": "The highest total score allowed, in points; left out: no bound. Checked likewise."})
+    lines: Mapping[str, int] = field(default_factory=dict, metadata={
+        "doc": "Check id to the line of this file the failing check must name first (its report location): a "
+               "sanitizer finding, or a counter check's worst line (`by_line`). Checked where the check ran."})
 
     def verdict(self, check_id: str) -> str | None:
         """The expected verdict for a check; ``*`` is the only wildcard (ids contain brackets)."""
