@@ -43,6 +43,7 @@ def student(name: str, shown: str = "") -> SimpleNamespace:
     ("ct_conflicts", "shared_bank_conflicts", [20], 14.0),  # the unpadded tile read down its columns
     ("hist_global", "global_atomics", [10], 131067),  # atomicAdd inlined from a CUDA header: the line that calls it
     ("hist_sectioned", "global_load_sectors", [17], 16.0),  # each thread reads its own section
+    ("tm_tiny", "global_load_sectors", [14, 15], 4.0),  # four-thread warps: 16 bytes a request, a sector each
     ("tm_tiny", "global_load_requests", [14, 15], 16777216),  # 2x2 tiles: both loads, the first line first
 ])
 def test_each_failing_figure_names_the_lines_it_comes_from_worst_first(name, figure, lines, first):
@@ -55,7 +56,7 @@ def test_the_message_quotes_the_students_line_and_points_the_report_at_it():
     sub = student("ct_uncoalesced")
     text, where = counterlines.lines("global_load_sectors", page("ct_uncoalesced"), sub)  # type: ignore[arg-type]
     assert text == ("labs/lab/uncoalesced_tile.cu:17 (`Nds[tx][ty] = N[(col0 + tx) * width + ph * TILE_WIDTH + ty]; "
-                    "// should be Nds[ty][tx] = N[(col0 + ty`): 4.0 sectors fetched for each one a coalesced load needs")
+                    "// should be Nds[ty][tx] = N[(col0 + ty`): 4.0 sectors per 32 bytes requested (1 when coalesced)")
     assert where is not None and (where.file, where.line) == ("labs/lab/uncoalesced_tile.cu", 17)
     atomics, _ = counterlines.lines("global_atomics", page("hist_global"), student("hist_global"))  # type: ignore[arg-type]
     assert atomics.endswith(":10 (`if (pos < 26) atomicAdd(&bins[pos / 4], 1u);`): 131,067 global atomic instructions (warp-level)")

@@ -42,8 +42,9 @@ class Instruction:
     line: int
     opcode: str  # the base opcode: "LDG" for "@!P0 LDG.E.U8 R2, ..."
     executed: int  # warp-level executions
+    threads: int = 0  # thread-level executions with the predicate on
+    access_bits: int = 0  # bits each thread's access moves
     sectors: int = 0  # L2 theoretical sectors, global
-    sectors_ideal: int = 0  # ... were every byte of every sector used
     wavefronts: int = 0  # L1 wavefronts, shared
     wavefronts_ideal: int = 0  # ... without bank conflicts
 
@@ -57,8 +58,8 @@ class LineCount:
     weight: float
 
 
-COLUMNS = {"executed": "Instructions Executed", "sectors": "L2 Theoretical Sectors Global",
-           "sectors_ideal": "L2 Theoretical Sectors Global Ideal", "wavefronts": "L1 Wavefronts Shared",
+COLUMNS = {"executed": "Instructions Executed", "threads": "Predicated-On Thread Instructions Executed",
+           "access_bits": "Access Size", "sectors": "L2 Theoretical Sectors Global", "wavefronts": "L1 Wavefronts Shared",
            "wavefronts_ideal": "L1 Wavefronts Shared Ideal"}
 
 
@@ -125,9 +126,9 @@ def counts(figure: LineFigure, instructions: list[Instruction]) -> list[LineCoun
     out = []
     for line, group in by_line.items():
         executed = sum(i.executed for i in group)
-        if figure == "global_load_sectors":
-            sectors, ideal = sum(i.sectors for i in group), sum(i.sectors_ideal for i in group)
-            out.append(LineCount(line, sectors / ideal if ideal else 0.0, sectors - ideal))
+        if figure == "global_load_sectors":  # as the check's figure: sectors per 32 bytes the threads asked for
+            sectors, asked = sum(i.sectors for i in group), sum(i.threads * i.access_bits for i in group) / 256
+            out.append(LineCount(line, sectors / asked if asked else 0.0, sectors - asked))
         elif figure == "shared_bank_conflicts":
             extra = sum(i.wavefronts - i.wavefronts_ideal for i in group)
             out.append(LineCount(line, extra / executed if executed else 0.0, extra))
@@ -146,7 +147,7 @@ def _counted(figure: LineFigure, ins: Instruction) -> bool:
 
 def described(figure: LineFigure, count: LineCount) -> str:
     if figure == "global_load_sectors":
-        return f"{count.value:.1f} sectors fetched for each one a coalesced load needs"
+        return f"{count.value:.1f} sectors per 32 bytes requested (1 when coalesced)"
     if figure == "shared_bank_conflicts":
         return f"{count.value:.1f} extra wavefronts (bank conflicts) per shared-memory instruction"
     noun = "global load request" if figure == "global_load_requests" else "global atomic instruction"

@@ -252,7 +252,7 @@ class CounterCheck:
     by_line: LineFigure = field(default="", metadata={
         "doc": "Where the check fails, name the student's source lines its figure comes from (at most three, "
                "worst first), from a second profiler run with the source counters: `global_load_sectors` "
-               "(sectors fetched per sector a coalesced load needs), `global_load_requests`, "
+               "(sectors per 32 bytes requested, as the check counts them), `global_load_requests`, "
                "`shared_bank_conflicts` (extra wavefronts per shared-memory instruction) or `global_atomics`; "
                "empty: none."})
     time_limit_s: float = field(default=120.0, metadata={"doc": "Seconds one profiler run (the student's or the "
