@@ -150,6 +150,8 @@ def test_grades_csv_has_one_row_per_student_and_validates(single):
     assert [rows[s]["status"] for s in ROSTER_ORDER] == ["ok", "error", "error", "error", "ok", "error"]
     assert rows["bob"]["problems"].startswith("tiled_matmul: compile error: labs/tiled_matmul/student.cu:")
     assert rows["carol"]["problems"].startswith("all labs: ") and "has no labs/ folder" in rows["carol"]["problems"]
+    said = [c["message"] for lab in _report(single, "carol")["labs"] for c in lab["checks"]]
+    assert said and not any(str(single.parent) in m for m in said), said  # their repository, not the TA's folder
     assert rows["dave"]["problems"] == "not handed in: memory_types"
     assert rows["frank"]["problems"].startswith("all labs: repository not found: ") and "(roster line 7)" in rows["frank"]["problems"]
     assert rows["alice"]["commit"] == _git(single.parent / "repos" / "alice", "rev-parse", "HEAD")

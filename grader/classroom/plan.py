@@ -68,7 +68,8 @@ def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | No
             return None, None, f"cannot grade commit {student.commit!r} of {where}: {why}"
         root = checkout.export(path, commit, rels, scratch / student.id)
     if not (root / "labs").is_dir() and not (root / "labs").is_symlink():
-        what = f"commit {commit[:12]} of {path}" if student.commit and commit else f"{path}"
+        # the student's reports show this: their repository, not the TA's folder it was cloned to
+        what = f"commit {commit[:12]} of the repository" if student.commit and commit else "the repository"
         return None, commit, f"{what} has no labs/ folder (expected labs/<lab>/student.cu)"
     return root, commit, ""
 
