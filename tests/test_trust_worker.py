@@ -358,64 +358,20 @@ def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tm
     assert len(refills) == (1 if second else 0)  # the buffers filled again before the second run
 
 
-@pytest.mark.parametrize("given_back,expect", [
-    (78 << 30, "your code left no free GPU memory: 78.0 GiB of 80.0 GiB held after it returned (0.00 GiB free)"),
-    (0, "correct"),  # another process (another lane) holds it: no one is blamed
+KEPT = "your code left no free GPU memory: 78.0 GiB of 80.0 GiB held after it returned (0.00 GiB free)"
+
+
+@pytest.mark.parametrize("short_at,given_back,expect", [
+    ("read", 78 << 30, KEPT),  # found by the reading after the call, however the pool is cached
+    ("read", 0, "correct"),  # another process (another lane) holds it: no one is blamed
+    ("share", 78 << 30, KEPT),  # the trusted worker cannot even allocate the case's buffers
+    ("share", 0, "correct"),  # another process held it, and let go: the case waits and runs
 ])
-def test_a_call_that_returns_keeping_the_gpus_memory_is_told_so_when_ending_its_worker_gives_it_back(tmp_path, monkeypatch,
-                                                                                                      given_back, expect):
-    """However the trusted worker's own memory happens to be cached, a call that keeps (nearly) all
-    of the GPU's memory is found by the reading after it: the student's worker is ended, and what
-    that gives back is the student's."""
-    import numpy as np
-
-    from grader.checks import correctness
-    from grader.checks.correctness import grade_case
-    from grader.labspec.labs import load_problem
-    from grader.worker.protocol import Kind
-
-    monkeypatch.setattr(correctness, "RELEASE_WAIT_S", 0.3)
-    spec = find_lab("tiled_matmul")
-    case = spec.correctness.cases[0]
-    problem = load_problem(spec)
-    want = {}
-    starved = 2 << 20
-
-    def trusted_answer(task):
-        if task["kind"] == Kind.SHARE.value:
-            want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
-            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
-        if task["kind"] == Kind.READ.value:
-            Path(task["out_dir"]).mkdir(parents=True)
-            np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [],
-                                     "gpu_memory": [starved, 80 << 30]})
-        if task["kind"] == Kind.MEMORY.value:  # asked once the student's worker is ended
-            return TaskResult("ok", {"gpu_memory": [starved + (given_back if student.killed else 0), 80 << 30]})
-        return TaskResult("ok", {})
-
-    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"]}))
-    trusted = _Session(tmp_path, "trusted", trusted_answer)
-    sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
-                          time_left=lambda limit=math.inf: 60.0)
-    check = grade_case(sub, student, trusted, case, "case0")
-    assert student.killed == 1  # the next case starts a fresh worker either way
-    if expect == "correct":
-        assert check.outcome is Outcome.PASS, check.message
-        assert sum(t["kind"] == Kind.MEMORY.value for t, _ in trusted.tasks) > 1  # it waited for memory that never came
-    else:
-        assert check.outcome is Outcome.ERROR and check.message == expect + (
-            "; free what you allocate with cudaFree before the launcher returns; the next case runs in a fresh process")
-
-
-@pytest.mark.parametrize("given_back,expect", [
-    (78 << 30, "your code left no free GPU memory: 78.0 GiB of 80.0 GiB held after it returned (0.00 GiB free)"),
-    (0, "correct"),  # another process held it, and let go: the case waits and runs
-])
-def test_when_the_trusted_worker_cannot_allocate_the_student_is_blamed_only_if_ending_its_worker_frees_the_memory(
-        tmp_path, monkeypatch, given_back, expect):
-    """With several lanes on one GPU, memory taken while a student's worker lives may be another
-    lane's: the worker is ended, and only memory that comes back then is the student's."""
+def test_a_student_whose_call_keeps_the_gpus_memory_is_told_so_only_if_ending_its_worker_gives_it_back(
+        tmp_path, monkeypatch, short_at, given_back, expect):
+    """A call that keeps (nearly) all of the GPU's memory is found by the trusted worker, after the
+    call or when it cannot allocate the next buffers. With several lanes on one GPU the memory may be
+    another lane's: the student's worker is ended, and only memory that comes back then is theirs."""
     import numpy as np
 
     from grader.checks import correctness
@@ -427,22 +383,22 @@ def test_when_the_trusted_worker_cannot_allocate_the_student_is_blamed_only_if_e
     spec = find_lab("tiled_matmul")
     case = spec.correctness.cases[0]
     problem = load_problem(spec)
-    want = {}
-    shares = []
+    want, shares, starved = {}, [], 2 << 20
 
     def trusted_answer(task):
         if task["kind"] == Kind.SHARE.value:
             shares.append(task)
-            if len(shares) == 1:
+            if short_at == "share" and len(shares) == 1:
                 return TaskResult("out_of_memory", reason="out of memory")
             want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
             return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
-        if task["kind"] == Kind.MEMORY.value:
-            return TaskResult("ok", {"gpu_memory": [(2 << 20) + (given_back if student.killed else 0), 80 << 30]})
+            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [],
+                                     "gpu_memory": [starved, 80 << 30] if short_at == "read" else ROOMY})
+        if task["kind"] == Kind.MEMORY.value:  # asked once the student's worker is ended
+            return TaskResult("ok", {"gpu_memory": [starved + (given_back if student.killed else 0), 80 << 30]})
         return TaskResult("ok", {})
 
     student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"]}))
@@ -451,9 +407,12 @@ def test_when_the_trusted_worker_cannot_allocate_the_student_is_blamed_only_if_e
     sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
                           time_left=lambda limit=math.inf: 60.0)
     check = correctness.grade_case(sub, student, trusted, case, "case0")
-    assert student.killed == 1
+    assert student.killed == 1  # the next case starts a fresh worker either way
+    waited = sum(t["kind"] == Kind.MEMORY.value for t, _ in trusted.tasks)
     if expect == "correct":
-        assert check.outcome is Outcome.PASS and len(shares) == 2, check.message
+        assert check.outcome is Outcome.PASS, check.message
+        assert waited > 1 and len(shares) == (2 if short_at == "share" else 1)  # it waited for memory that never came back
     else:
         assert check.outcome is Outcome.ERROR and len(shares) == 1
-        assert check.message.startswith(expect) and check.message.endswith("; the next case runs in a fresh process")
+        assert check.message == expect + ("; free what you allocate with cudaFree before the launcher returns; "
+                                          "the next case runs in a fresh process")
