@@ -88,7 +88,7 @@ def test_a_failing_counter_check_with_by_line_profiles_its_case_again_and_names_
         if collect:  # the source counters run
             return ToolRun(0, page("ct_uncoalesced"), "", {"status": "ok"}, 1.0), counters.CounterRun()
         values = {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 40.0, "smsp__sass_data_bytes_mem_global_op_ld.sum": 512.0,
-                  "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": 0.0,
+                  "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": 10.0,
                   "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": 0.0,
                   "smsp__sass_inst_executed_op_shared_ld.sum": 1.0, "smsp__sass_inst_executed_op_shared_st.sum": 1.0}
         return None, counters.CounterRun(values=values, kernels=("matmul_corner_turning",))
@@ -98,7 +98,7 @@ def test_a_failing_counter_check_with_by_line_profiles_its_case_again_and_names_
     sub = SimpleNamespace(spec=spec, name="labs/corner_turning/uncoalesced_tile.cu", moot=threading.Event(), gpu=None,
                           source_lines=tuple(SOURCES["ct_uncoalesced"].read_text().splitlines()),
                           tool_dirs=lambda name: tmp_path / name, time_left=lambda limit: limit, isolation=None)
-    profiles = counters.Profiles(tuple(c for c in spec.counters if c.id == "coalesced_loads"))
+    profiles = counters.Profiles(spec.counters)  # both checks profile the same case
     profiles.settle("student", profiles.case(check), counters.CounterRun(values=fake_profiler(0, (), 0, 0, 0, 0)[1].values,
                                                                            kernels=("matmul_corner_turning",)))
     no_baseline = __import__("dataclasses").replace(check, baseline="")
@@ -107,3 +107,7 @@ def test_a_failing_counter_check_with_by_line_profiles_its_case_again_and_names_
     assert "; where: labs/corner_turning/uncoalesced_tile.cu:17 (`Nds[tx][ty]" in result.message
     assert result.location is not None and result.location.line == 17
     assert runs[-1] == counterlines.NCU_ARGS
+    conflicts = __import__("dataclasses").replace(next(c for c in spec.counters if c.id == "shared_bank_conflicts"), baseline="")
+    second = counters.grade(sub, conflicts, profiles)  # type: ignore[arg-type]
+    assert second.outcome is Outcome.FAIL and "; where: labs/corner_turning/uncoalesced_tile.cu:17 (" in second.message
+    assert runs.count(counterlines.NCU_ARGS) == 1  # one source page serves every failing check of the case

@@ -204,11 +204,10 @@ def profile(
 
 def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
                  gpu: GpuInfo | None, stop: Stop | None = None, collect: tuple[str, ...] = ()) -> tuple[ToolRun | None, CounterRun]:
-    """``task`` run under ncu collecting ``metrics`` (or what the options ``collect`` ask),
-    holding ``gpu``'s profiling lock: the run, or None and why there is nothing to read (no ncu, no
-    permission, counters busy, timed out or stopped once ``stop`` was set). ``task`` may be the
-    pipe its job comes through (``run_under_tool``): it is tried once, not again while the counters
-    are busy."""
+    """``task`` run under ncu collecting ``metrics`` (or what the options ``collect`` ask), holding
+    ``gpu``'s profiling lock: the run, or None and why there is nothing to read (no ncu, no permission,
+    counters busy, timed out or stopped once ``stop`` was set). ``task`` may be the pipe its job comes
+    through (``run_under_tool``): it is tried once, not again while the counters are busy."""
     ncu = toolchain.find("ncu")
     if ncu is None:
         return None, CounterRun(skipped="Nsight Compute (ncu) is not installed on this machine")
@@ -383,7 +382,7 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
             msg = f"{check.what}: {fmt_counter(v_student)} ({case}; full marks at <= {check.full:g}, none at >= {check.zero:g})"
         if v_base is not None:
             msg += f"; the {check.baseline} kernel: {fmt_counter(v_base)}"
-    where, location = _lines(sub, check) if pts < check.points and check.by_line else ("", None)
+    where, location = _lines(sub, check, profiles) if pts < check.points and check.by_line else ("", None)
     msg += f"; where: {where}" if where else ""
     if pts < check.points and check.hint:
         msg += f". {check.hint}"
@@ -391,9 +390,11 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
     return CheckResult(check.id, Stage.COUNTERS, outcome, pts, check.points, msg, "", measured, mine.seconds, location=location)
 
 
-def _lines(sub: Submission, check: CounterCheck) -> tuple[str, SourceLocation | None]:
-    """The student's lines that ``check``'s figure comes from, by a run with the source counters."""
-    dirs = sub.tool_dirs(f"ncu-lines-{check.id}")
-    run, _ = run_profiler(tool_task(sub, check, dirs), (), dirs, sub.time_left(check.time_limit_s), sub.isolation, sub.gpu,
-                          collect=counterlines.NCU_ARGS)
-    return counterlines.lines(check.by_line, run.log, sub) if run is not None and not run.failure("") else ("", None)
+def _lines(sub: Submission, check: CounterCheck, profiles: Profiles) -> tuple[str, SourceLocation | None]:
+    """The student's lines that ``check``'s figure comes from, by one source-counter run per case."""
+    def source_page(metrics: tuple[str, ...]) -> CounterRun:
+        dirs = sub.tool_dirs(f"ncu-lines-{check.id}")
+        run, _ = run_profiler(tool_task(sub, check, dirs), (), dirs, sub.time_left(check.time_limit_s), sub.isolation, sub.gpu,
+                              collect=counterlines.NCU_ARGS)
+        return CounterRun(log=run.log if run is not None and not run.failure("") else "")  # the page, or none
+    return counterlines.lines(check.by_line, profiles.run("student source page", check, source_page).log, sub)
