@@ -255,7 +255,9 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
     if any(("student", key) not in profiles.runs for key in profiles.metrics) and not correct():
         return []
     graded = [counters.grade(sub, check, profiles) for check in sub.spec.counters]
-    for check in profiles.checks:  # a case no counter check grades (``launched.list_check``) is profiled too
+    for check in profiles.checks:  # a case no counter check grades (``launched``, ``traffic``) is profiled too
         if check not in sub.spec.counters:
             counters.student_run(sub, check, profiles)
+            if check.baseline:
+                counters.baseline_run(sub, check, profiles)
     return graded

@@ -280,9 +280,7 @@ def counter_value(values: Mapping[str, float], check: CounterCheck) -> float:
 
 
 def fmt_counter(value: float) -> str:
-    if math.isnan(value):
-        return "n/a"
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return "n/a" if math.isnan(value) else f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 class Profiles:
@@ -322,6 +320,19 @@ def student_run(sub: Submission, check: CounterCheck, profiles: Profiles) -> Cou
         gpu=sub.gpu))
 
 
+def baseline_run(sub: Submission, check: CounterCheck, profiles: Profiles) -> CounterRun:
+    """``check.baseline``'s profiled case, trusted and cached (per GPU, driver, metrics and case)."""
+    base_lib = baseline_library(sub.spec, check.baseline, sub.archs, sub.cache_dir)
+    trusted = sub.trusted_dirs().sub(f"ncu-{check.id}")
+
+    def profile_baseline(metrics: tuple[str, ...]) -> CounterRun:
+        key = f"{sub.gpu.name}|{sub.gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
+        return profile(base_lib, lambda: tool_task(sub, check, trusted, base_lib), metrics, trusted,
+                       sub.time_left(check.time_limit_s), sub.isolation.for_baselines(), cache_key=key,
+                       cache_dir=sub.cache_dir, gpu=sub.gpu)
+    return profiles.run(f"baseline {check.baseline}", check, profile_baseline)
+
+
 def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResult:
     """One counter check: the student's run sandboxed, the baseline's trusted (and cached)."""
     mine = student_run(sub, check, profiles)
@@ -335,25 +346,14 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
     v_student = counter_value(mine.values, check)
     v_base, base_error = None, ""
     if check.baseline:
-        base_lib = baseline_library(sub.spec, check.baseline, sub.archs, sub.cache_dir)
-        trusted = sub.trusted_dirs().sub(f"ncu-{check.id}")
-
-        def profile_baseline(metrics: tuple[str, ...]) -> CounterRun:
-            key = f"{sub.gpu.name}|{sub.gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
-            return profile(base_lib, lambda: tool_task(sub, check, trusted, base_lib), metrics, trusted,
-                           sub.time_left(check.time_limit_s), sub.isolation.for_baselines(), cache_key=key,
-                           cache_dir=sub.cache_dir, gpu=sub.gpu)
-
-        base = profiles.run(f"baseline {check.baseline}", check, profile_baseline)
+        base = baseline_run(sub, check, profiles)
         base_error = base.skipped or base.error or base.hidden
         if not base_error:
             v_base = counter_value(base.values, check)
     measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
                 "profile_seconds": round(mine.seconds, 2)}
-    if mine.session:
-        measured["profile_session_cases"] = mine.session
-    if mine.early:
-        measured["profile_session_early"] = True
+    measured.update({"profile_session_cases": mine.session} if mine.session else {})
+    measured.update({"profile_session_early": True} if mine.early else {})
     shared_with = profiles.first[profiles.case(check)]
     if shared_with != check.id:
         measured["profile_run_of"] = shared_with
