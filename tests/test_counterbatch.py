@@ -230,7 +230,7 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
     not keep it waiting through its own correctness cases."""
     import dataclasses
 
-    from grader.engine import grade, launched
+    from grader.engine import grade, launched, traffic
     from grader.labspec.labs import find_lab
 
     batch = ProfileBatch(["memory_types", "tiled_matmul"])
@@ -242,11 +242,11 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
         return real(*args, **kwargs)
 
     monkeypatch.setattr(grade, "lab_build", spy)
-    # memory_types profiles one case for the record of which kernels ran (its compiled-code checks
-    # are judged on them); without those checks it has nothing to profile
-    spec = dataclasses.replace(find_lab("memory_types"), static=())
-    assert not spec.counters and launched.list_check(spec) is None
-    assert launched.list_check(find_lab("memory_types")) is not None
+    # memory_types profiles its timed case for its DRAM traffic, and another case for the record of
+    # which kernels ran where it is not timed; untimed and without compiled-code checks, nothing
+    spec = dataclasses.replace(find_lab("memory_types"), static=(), benchmark=None)
+    assert not spec.counters and launched.list_check(spec) is None and not traffic.checks(spec)
+    assert launched.list_check(dataclasses.replace(find_lab("memory_types"), benchmark=None)) is not None
     grade.LabGrading(spec, spec.files.reference, GradeOptions(gpu=False), batch=batch).start().close()
     assert seen == [{"tiled_matmul"}]
     counted = find_lab("tiled_matmul")

@@ -225,15 +225,22 @@ def test_which_kernels_ran_is_the_profiler_s_record_of_the_student_s_cases():
 
 
 def test_a_lab_with_compiled_code_checks_and_no_counter_checks_profiles_a_case_for_the_record():
-    spec = find_lab("memory_types")
-    extra = launched.list_check(spec)
-    assert not spec.counters and extra is not None
-    last = spec.correctness.cases[-1]
+    import dataclasses
+
+    from grader.engine import traffic
+
+    untimed = dataclasses.replace(find_lab("memory_types"), benchmark=None)
+    extra = launched.list_check(untimed)
+    assert not untimed.counters and extra is not None
+    last = untimed.correctness.cases[-1]
     assert (dict(extra.params), extra.seed, extra.metric) == (dict(last.params), last.seed, launched.LIST_METRIC)
     assert extra.time_limit_s >= 60, "a profiler run pays for ncu's start and may wait for the GPU"
-    assert [c.id for c in launched.profiles_for(spec).checks] == [launched.LIST_CHECK_ID]
+    assert [c.id for c in launched.profiles_for(untimed).checks] == [launched.LIST_CHECK_ID]
+    timed = find_lab("memory_types")  # its timed case, profiled for its traffic, records what ran
+    assert launched.list_check(timed) is None and launched.profiles_for(timed).checks == traffic.checks(timed)
     counted = find_lab("tiled_matmul")
-    assert launched.list_check(counted) is None and launched.profiles_for(counted).checks == counted.counters
+    assert launched.list_check(counted) is None
+    assert launched.profiles_for(counted).checks == (*counted.counters, *traffic.checks(counted))
 
 
 

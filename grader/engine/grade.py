@@ -36,7 +36,7 @@ from ..isolation.trusted import baselines_worker
 from ..labspec.labs import load_problem
 from ..labspec.spec import LabSpec
 from ..outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
-from . import launched
+from . import launched, traffic
 from .background import Background, StageClock
 from .plan import course_only_results, fill_checks, gated_check, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
 
@@ -208,7 +208,7 @@ class LabGrading:
     def _profiled(self) -> bool:
         """Whether the student's cases are profiled: for the counter checks, and for the record of
         which kernels ran that the compiled-code checks are judged on."""
-        return self.options.counters and bool(self.spec.counters or launched.list_check(self.spec))
+        return self.options.counters and launched.profiled(self.spec)
 
     def _rejudge_static(self) -> None:
         """Judge the compiled-code checks again on the kernels the profiler saw run; where it kept
@@ -324,7 +324,7 @@ class LabGrading:
             self.checks += checks
             self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
             self.clock.seconds.update({f"{Stage.SPEED.value}.{k}": v for k, v in timings.pop("_phases", {}).items()})
-            self.timings = timings
+            self.timings = traffic.joined(spec, timings, self.profiles)
         if spec.counters:
             if not self._correct():
                 self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.FAIL, GATE)

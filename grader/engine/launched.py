@@ -2,8 +2,8 @@
 
 The compiled-code checks judge only the kernels that ran: a kernel the file defines but never
 launches earns nothing. What ran is taken from Nsight Compute's list of the kernels it profiled
-in the student's cases (the lab's counter cases, or, for a lab without counter checks, its last
-correctness case profiled for the list alone), never from the worker: once the student's code is
+in the student's cases (the lab's counter cases and its timed case profiled for its DRAM traffic,
+or, for a lab with neither, its last correctness case profiled for the list alone), never from the worker: once the student's code is
 loaded there, anything it reports is the student's to write.
 """
 
@@ -14,6 +14,7 @@ from typing import Mapping
 
 from ..checks.counters import NO_KERNEL, CaseKey, CounterRun, Profiles
 from ..labspec.spec import CounterCheck, LabSpec
+from . import traffic
 
 #: The metric collected where a case is profiled only for its list of kernels: one pass, cheap.
 LIST_METRIC = "gpu__time_duration.sum"
@@ -22,8 +23,9 @@ LIST_CHECK_ID = "kernels_that_ran"
 
 def list_check(spec: LabSpec) -> CounterCheck | None:
     """The extra profiled case of a lab whose compiled-code checks need a record of what ran but
-    whose counter checks profile nothing (None where the counter cases serve, or nothing needs it)."""
-    if not spec.static or spec.counters or not spec.correctness.cases:
+    whose counter checks profile nothing (None where the counter cases or the timed case's traffic
+    serve, or nothing needs it)."""
+    if not spec.static or spec.counters or traffic.checks(spec) or not spec.correctness.cases:
         return None
     case = spec.correctness.cases[-1]
     # the time limit of a counter check: a profiler run pays for ncu's start and may wait its turn on the GPU
@@ -31,10 +33,16 @@ def list_check(spec: LabSpec) -> CounterCheck | None:
                         seed=case.seed, full=0.0, zero=0.0, points=0.0, kind="at_most")
 
 
+def profiled(spec: LabSpec) -> bool:
+    """Whether the lab profiles any case of the student's (``profiles_for`` has one)."""
+    return bool(spec.counters or list_check(spec) or traffic.checks(spec))
+
+
 def profiles_for(spec: LabSpec) -> Profiles:
-    """The lab's profiler runs: its counter checks' cases and, where needed, ``list_check``'s."""
+    """The lab's profiler runs: its counter checks' cases, where needed ``list_check``'s, and the
+    timed case's DRAM traffic (``traffic.checks``)."""
     extra = list_check(spec)
-    return Profiles((*spec.counters, *([extra] if extra else [])))
+    return Profiles((*spec.counters, *([extra] if extra else []), *traffic.checks(spec)))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,86 @@
+"""The timed case's DRAM traffic: which runs a lab adds, and how the measured bytes place each
+timed kernel on the roofline (the profiler's runs themselves are tested on the GPU)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from grader.checks import counterbatch, counters
+from grader.checks.counters import CounterRun
+from grader.engine import launched, traffic
+from grader.labspec.labs import find_lab
+from grader.outcome import LabReport
+from grader.report import roofline
+
+ENV = {"device.peak_fp32_gflops": 66900.0, "device.peak_dram_gbps": 3352.3}
+BYTES = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+
+
+@pytest.mark.parametrize("lab,baselines", [
+    ("tiled_matmul", ["naive", "reference"]), ("corner_turning", ["naive", "reference"]),
+    ("memory_types", ["global", "reference"]), ("boundary_checks", ["naive", "reference"]), ("histogram", []),
+])
+def test_each_timed_kernel_of_a_lab_that_counts_flops_has_its_traffic_profiled_on_the_timed_case(lab, baselines):
+    spec = find_lab(lab)
+    found = traffic.checks(spec)
+    assert sorted(c.baseline for c in found) == sorted(baselines)  # the histogram counts no FLOPs: no roofline
+    assert {counters.Profiles.case(c) for c in found} <= {(tuple(sorted(spec.benchmark.params.items())), spec.benchmark.seed)}
+    assert all(c.metric_names == BYTES and c.points == 0 for c in found)
+    profiles = launched.profiles_for(spec)
+    assert all(c in profiles.checks for c in found) and len({profiles.case(c) for c in found}) <= 1
+
+
+def test_the_student_and_every_timed_baseline_are_profiled_on_the_timed_case(monkeypatch):
+    spec = find_lab("tiled_matmul")
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(counters, "grade", lambda sub, check, profiles: None)
+    monkeypatch.setattr(counters, "student_run", lambda sub, check, profiles: calls.append(("student", check.id)))
+    monkeypatch.setattr(counters, "baseline_run", lambda sub, check, profiles: calls.append((check.baseline, check.id)))
+    counterbatch.counted(SimpleNamespace(spec=spec), None, lambda: True, launched.profiles_for(spec))
+    assert sorted(calls) == [("naive", "dram_traffic_naive"), ("reference", "dram_traffic_reference"),
+                             ("student", "dram_traffic_naive"), ("student", "dram_traffic_reference")]
+
+
+def _timings(width: int) -> dict[str, dict[str, float]]:
+    flops, model = 2 * width ** 3, 3 * 4 * width ** 2
+    out = {}
+    for name, ms in (("naive", 3.1), ("reference", 2.1), ("student", 2.2)):
+        out[name] = {"median_ms": ms, "min_ms": ms, "cv_pct": 0.1, "n": 10,
+                     "gflops": round(flops / (ms / 1e3) / 1e9, 1), "gbps": round(model / (ms / 1e3) / 1e9, 1)}
+    return out
+
+
+def _profiled(spec, failed: str = "") -> counters.Profiles:
+    profiles = launched.profiles_for(spec)
+    key = profiles.case(traffic.checks(spec)[0])
+    for whose, read in (("student", 9.0e7), ("baseline naive", 4.0e8), ("baseline reference", 5.0e7)):
+        run = CounterRun(error="did not finish") if whose == failed else CounterRun(
+            values={BYTES[0]: read, BYTES[1]: 1.6e7}, kernels=("k",))
+        profiles.settle(whose, key, run)
+    return profiles
+
+
+def test_measured_bytes_join_the_timing_rows_and_place_each_kernel():
+    spec = find_lab("tiled_matmul")
+    width = spec.benchmark.params["width"]
+    rows = traffic.joined(spec, _timings(width), _profiled(spec))
+    assert rows["student"]["dram_bytes"] == 106_000_000
+    assert rows["student"]["flop_per_dram_byte"] == pytest.approx(2 * width ** 3 / 1.06e8, abs=1e-3)
+    assert rows["naive"]["dram_bytes"] == 416_000_000 and rows["reference"]["dram_bytes"] == 66_000_000
+    roof = roofline.of(LabReport(spec.id, spec.title, "student.cu", (), ENV, (), rows))
+    assert roof is not None and roof.traffic == roofline.MEASURED
+    assert [p.kernel for p in roof.points] == ["naive", "reference", "student"]
+    assert roof.points[1].intensity > roof.points[2].intensity > roof.points[0].intensity  # fewer bytes, higher
+
+
+def test_a_kernel_whose_traffic_was_not_measured_leaves_every_kernel_on_the_model():
+    spec = find_lab("tiled_matmul")
+    width = spec.benchmark.params["width"]
+    rows = traffic.joined(spec, _timings(width), _profiled(spec, failed="baseline naive"))
+    assert "dram_bytes" not in rows["naive"] and "dram_bytes" in rows["student"]
+    roof = roofline.of(LabReport(spec.id, spec.title, "student.cu", (), ENV, (), rows))
+    assert roof is not None and roof.traffic == roofline.MODELLED
+    assert [p.intensity for p in roof.points] == pytest.approx([2 * width ** 3 / (3 * 4 * width ** 2)] * 3, rel=0.01)
+    assert traffic.joined(spec, _timings(width), None) == _timings(width)  # counters off: the rows as timed
