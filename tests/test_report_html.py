@@ -33,7 +33,22 @@ def test_each_kernel_sits_at_its_intensity_under_the_lower_roof():
     assert roof.roof(student.intensity) == 66900.0  # past the ridge: the compute roof
     assert roof.roof(1.0) == pytest.approx(3352.3)  # below it: the memory roof
     assert roof.share(student) == pytest.approx(8129.7 / 66900)
-    assert roofline.table(roof)[-1] == "| student | 68.3 | 8129.7 | 66900.0 | 12.2 |"
+    assert roofline.table(roof)[-1] == "| student | model | 68.3 | 8129.7 | 66900.0 | 12.2 |"
+
+
+def test_measured_dram_bytes_place_each_kernel_unless_one_kernel_lacks_them():
+    traffic = {"naive": 1.61e9, "reference": 0.201e9, "student": 0.402e9}  # bytes read and written, as ncu counts them
+    flops = 2 * 4096 ** 3
+    measured = {k: {**row, "dram_bytes": int(traffic[k]), "flop_per_dram_byte": round(flops / traffic[k], 3)}
+                for k, row in TIMINGS.items()}
+    roof = roofline.of(_report(measured))
+    assert roof is not None and roof.traffic == roofline.MEASURED
+    assert [round(p.intensity, 1) for p in roof.points] == [85.4, 683.8, 341.9]
+    assert roofline.table(roof)[-1] == "| student | 402.0 | 342 | 8129.7 | 66900.0 | 12.2 |"
+    partly = {**measured, "naive": TIMINGS["naive"]}  # the naive kernel's run failed: the model for all, said so
+    roof = roofline.of(_report(partly))
+    assert roof is not None and roof.traffic == roofline.MODELLED
+    assert roof.points[2].intensity == pytest.approx(8129.7 / 119.1) and roof.points[2].dram_bytes == 0
 
 
 def test_a_lab_without_flops_or_without_the_devices_peaks_has_no_roofline():
@@ -57,7 +72,7 @@ def test_the_report_folder_has_the_page_the_pictures_and_the_figures_in_markdown
     assert (tmp_path / "report.html").is_file()
     png = (tmp_path / "roofline-tiled_matmul.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert "[report.html](report.html)" in md and "| student | 68.3 | 8129.7 | 66900.0 | 12.2 |" in md
+    assert "[report.html](report.html)" in md and "| student | model | 68.3 | 8129.7 | 66900.0 | 12.2 |" in md
     assert (tmp_path / "report.md").read_text() == md
 
 

@@ -2,10 +2,11 @@
 
 A kernel sits at its arithmetic intensity (FLOPs per byte of DRAM traffic) and its achieved
 GFLOP/s; the roof is the lower of the FP32 peak and intensity x the DRAM peak (the device's
-figures, from the worker). Until the profiler measures each kernel's DRAM bytes on the timed case,
-the intensity is the lab's model of the traffic (its benchmark's ``flops`` over ``bytes``), the
-same for every kernel of the lab: the picture then shows how far below the roof each one runs.
-Labs that count no FLOPs (the histogram) have no roofline.
+figures, from the worker). The intensity is the lab's FLOPs over the DRAM bytes Nsight Compute
+measured for that kernel on the timed case (``engine.traffic``); where any timed kernel's bytes
+were not measured (no profiler, counters turned off), every kernel's is the lab's model of the
+traffic (its benchmark's ``flops`` over ``bytes``), so that the points stay comparable, and the
+picture says so. Labs that count no FLOPs (the histogram) have no roofline.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ from typing import Sequence
 from ..outcome import LabReport
 from ..textutil import html_line
 
+MEASURED = "DRAM bytes measured by Nsight Compute on the timed case"
+MODELLED = "the lab's model of the traffic"
+
 
 @dataclass(frozen=True)
 class Point:
     kernel: str
     intensity: float  # FLOPs per DRAM byte
     gflops: float
+    dram_bytes: float = 0.0  # measured on the timed case (0: the lab's model)
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,7 @@ class Roofline:
     peak_gflops: float
     peak_gbps: float
     points: tuple[Point, ...]
-    traffic: str = "the lab's model of the traffic"  # where the bytes come from
+    traffic: str = MODELLED  # where the bytes come from
 
     def roof(self, intensity: float) -> float:
         return min(self.peak_gflops, intensity * self.peak_gbps)
@@ -55,24 +60,29 @@ def of(report: LabReport) -> Roofline | None:
         peak_gbps = float(env.get("device.peak_dram_gbps") or 0)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
-    points = []
-    for kernel, row in report.timings.items():
-        gflops, gbps = row.get("gflops"), row.get("gbps")
-        if gflops and gbps and gflops > 0 and gbps > 0:
-            points.append(Point(kernel, float(gflops) / float(gbps), float(gflops)))
+    rows = {kernel: row for kernel, row in report.timings.items() if _positive(row.get("gflops"))}
+    measured = bool(rows) and all(_positive(row.get("flop_per_dram_byte")) for row in rows.values())
+    points = [Point(kernel, float(row["flop_per_dram_byte"]), float(row["gflops"]), float(row.get("dram_bytes") or 0))
+              if measured else Point(kernel, float(row["gflops"]) / float(row["gbps"]), float(row["gflops"]))
+              for kernel, row in rows.items() if measured or _positive(row.get("gbps"))]
     if not points or peak_gflops <= 0 or peak_gbps <= 0:
         return None
-    return Roofline(report.lab, peak_gflops, peak_gbps, tuple(points))
+    return Roofline(report.lab, peak_gflops, peak_gbps, tuple(points), MEASURED if measured else MODELLED)
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 #: The columns of the picture's figures.
-COLUMNS = ("Kernel", "FLOP/byte", "GFLOP/s", "Roof GFLOP/s", "% of roof")
+COLUMNS = ("Kernel", "DRAM MB", "FLOP/byte", "GFLOP/s", "Roof GFLOP/s", "% of roof")
 
 
-def figures(r: Roofline) -> list[tuple[str, str, str, str, str]]:
-    """The picture's figures, one row per kernel, formatted as every report shows them."""
-    return [(p.kernel, f"{p.intensity:.3g}", f"{p.gflops:.1f}", f"{r.roof(p.intensity):.1f}", f"{100 * r.share(p):.1f}")
-            for p in r.points]
+def figures(r: Roofline) -> list[tuple[str, ...]]:
+    """The picture's figures, one row per kernel, formatted as every report shows them (DRAM MB
+    "model" where the bytes are the lab's model)."""
+    return [(p.kernel, f"{p.dram_bytes / 1e6:.1f}" if p.dram_bytes else "model", f"{p.intensity:.3g}", f"{p.gflops:.1f}",
+             f"{r.roof(p.intensity):.1f}", f"{100 * r.share(p):.1f}") for p in r.points]
 
 
 def table(r: Roofline) -> list[str]:
