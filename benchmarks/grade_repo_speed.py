@@ -70,7 +70,9 @@ def main() -> int:
         print(f"\n{r.lab}:")
         for lib, row in r.timings.items():
             rate = f"{row['gflops']} GFLOP/s" if "gflops" in row else f"{row.get('gbps', '?')} GB/s"
-            print(f"  time {lib:<16} median {row['median_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}, {rate}")
+            dram = (f", DRAM {row['dram_bytes'] / 1e6:.1f} MB measured ({row['flop_per_dram_byte']:g} FLOP/byte)"
+                    if "dram_bytes" in row else "")
+            print(f"  time {lib:<16} median {row['median_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}, {rate}{dram}")
         for c in r.checks:
             if c.stage in (Stage.COUNTERS, Stage.SANITIZER, Stage.SPEED):
                 took = f" [{c.duration_s:.1f} s]" if c.duration_s else ""

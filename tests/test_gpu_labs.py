@@ -75,6 +75,28 @@ def test_reference_report_has_timing_figures():
 
 
 @pytest.mark.gpu
+def test_each_timed_kernel_sits_on_the_roofline_at_the_dram_bytes_it_moved():
+    """The timed case profiled once more: the student's in its sandbox, each baseline trusted; the
+    same kernel measured both ways moves the same bytes."""
+    from grader.host import toolchain
+    from grader.report import roofline
+
+    if toolchain.find("ncu") is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    spec = find_lab("tiled_matmul")
+    report = grade(spec, spec.files.reference, GradeOptions(sanitizers=False))
+    width = spec.benchmark.params["width"]
+    rows = report.timings
+    for name in ("student", "naive", "reference"):
+        assert rows[name]["dram_bytes"] >= 2 * 4 * width * width, (name, rows[name])  # caches flushed: both inputs read
+        assert rows[name]["flop_per_dram_byte"] == pytest.approx(2 * width ** 3 / rows[name]["dram_bytes"], rel=1e-3)
+    assert rows["student"]["dram_bytes"] == pytest.approx(rows["reference"]["dram_bytes"], rel=0.1), rows
+    roof = roofline.of(report)
+    assert roof is not None and roof.traffic == roofline.MEASURED
+    assert [p.dram_bytes for p in roof.points] == [rows[p.kernel]["dram_bytes"] for p in roof.points]
+
+
+@pytest.mark.gpu
 def test_a_rehearsal_readies_every_labs_timing_from_an_empty_cache(tmp_path):
     """What a class's GPU lane does before its first student: afterwards the baselines' timing of
     a lab compiles no kernel the rehearsal did not."""
