@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..checks.counters import Profiles
-from ..worker import expr
 from ..labspec.spec import CounterCheck, LabSpec, split_metrics
+from ..worker import expr
 
 METRIC = "dram__bytes_read.sum+dram__bytes_write.sum"
 CHECK_ID = "dram_traffic"
