@@ -37,7 +37,7 @@ from ..errors import GraderError
 from .hostdirs import HostStateError, check_private_dir, private_dir, user_name
 from .safeio import kind_of
 
-__all__ = ["LOCK_DIR_ENV", "Holder", "LockPlace", "LockTimeout", "hold", "holder_of", "lock_place"]
+__all__ = ["LOCK_DIR_ENV", "Holder", "LockPlace", "LockTimeout", "hold", "holder_of", "lock_place", "open_lock_file"]
 
 LOCK_DIR_ENV = "GRADER_LOCK_DIR"
 #: How often a waiter says again whom it waits for.
@@ -145,6 +145,20 @@ def _open_shared(path: Path) -> int:
         os.close(fd)
         raise HostStateError(f"this lock file is {_kind(info)}: remove it (rm -f '{path}')", path=path)
     return fd
+
+
+def open_lock_file(place: LockPlace, name: str) -> int:
+    """The lock file ``name`` of ``place`` opened for ``flock`` (made where missing): read-only in
+    a shared folder (:func:`_open_shared`), else a plain file of this user's, never through a link."""
+    path = place.path(name)
+    if place.shared:
+        return _open_shared(path)
+    _check_lock_file(path)
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as exc:
+        raise HostStateError(f"this lock file cannot be opened ({exc.strerror}): remove it (rm -f '{path}')",
+                             path=path) from None
 
 
 class _SharedLock:

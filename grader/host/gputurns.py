@@ -1,0 +1,132 @@
+"""Several students on one GPU, each timed alone: GPU work takes turns with timings.
+
+A class can grade several students at once on each GPU (``grade-class --per-gpu``). Their GPU
+work (a worker's call, a sanitizer or profiler run, a worker's exit) shares the GPU; a timing (a
+student's labs opened and timed) has it alone. Two lock files per GPU, in the GPU's lock place
+(:func:`grader.host.hostlock.lock_place`), make a readers-writer lock between processes that puts
+the timing first:
+
+- a **step** of GPU work passes the turnstile (taken and let go at once) and holds the work lock
+  shared for as long as it runs;
+- a **timing** holds the turnstile, so that no new step starts anywhere, then takes the work lock
+  alone once every step in flight has ended. The process that times passes its own steps.
+
+``flock`` has no timeout: the waits poll, and are bounded (:class:`~grader.host.hostlock.LockTimeout`).
+A step's own time limit starts after its wait, so another student's timing never counts against a
+verdict. Outside a class lane nothing is configured (:func:`use`) and both are no-ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from typing import Iterator
+
+from .hostlock import LockPlace, LockTimeout, open_lock_file
+
+__all__ = ["TURNSTILE", "WORK", "Turns", "step", "timing", "use"]
+
+TURNSTILE = "grader-gpu-turnstile.lock"
+WORK = "grader-gpu-work.lock"
+#: The longest a step or a timing waits for its turn.
+WAIT_S = 3600.0
+POLL_S = (0.002, 0.02)  # the first pause between tries, and the longest
+
+
+class Turns:
+    """The turns of one GPU's work and timings, as seen from this process."""
+
+    def __init__(self, place: LockPlace, wait_s: float = WAIT_S) -> None:
+        self.place, self.wait_s = place, wait_s
+        self._mutex = threading.Lock()
+        self._steps = 0  # this process's steps in flight
+        self._shared: int | None = None  # the work lock, held shared while there are some
+        self._timing = False
+        self._local = threading.local()  # each thread's depth of steps (a step within a step waits for nothing)
+
+    def _take(self, name: str, how: int, why: str) -> int:
+        """The lock file ``name`` opened and locked ``how`` (polling, bounded): its descriptor."""
+        fd = open_lock_file(self.place, name)
+        started, pause = time.monotonic(), POLL_S[0]
+        while True:
+            try:
+                fcntl.flock(fd, how | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                pass
+            except BaseException:
+                os.close(fd)
+                raise
+            if time.monotonic() - started >= self.wait_s:
+                os.close(fd)
+                raise LockTimeout(f"waited {self.wait_s:.0f} s for {why} on this GPU and gave up: a step of GPU work "
+                                  "or a timing did not end; stop the grader that holds it", path=self.place.path(name))
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_S[1])
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Hold the GPU for a step of work, beside other steps; never beside another's timing."""
+        depth = getattr(self._local, "depth", 0)
+        if self._timing or depth:  # this process times (its own steps are part of it), or a step within a step
+            self._local.depth = depth + 1
+            try:
+                yield
+            finally:
+                self._local.depth = depth
+            return
+        turnstile = self._take(TURNSTILE, fcntl.LOCK_EX, "a timing to end")
+        try:
+            with self._mutex:
+                if self._steps == 0:  # no timing holds the work lock: this process holds the turnstile
+                    self._shared = self._take(WORK, fcntl.LOCK_SH, "a timing to end")
+                self._steps += 1
+        finally:
+            os.close(turnstile)
+        self._local.depth = 1
+        try:
+            yield
+        finally:
+            self._local.depth = 0
+            with self._mutex:
+                self._steps -= 1
+                if self._steps == 0 and self._shared is not None:
+                    os.close(self._shared)
+                    self._shared = None
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        """Have the GPU alone: no new step starts, and those in flight (this process's too) end first."""
+        turnstile = self._take(TURNSTILE, fcntl.LOCK_EX, "another timing to end")
+        try:
+            work = self._take(WORK, fcntl.LOCK_EX, "the steps of GPU work in flight to end")
+            self._timing = True
+            try:
+                yield
+            finally:
+                self._timing = False
+                os.close(work)
+        finally:
+            os.close(turnstile)
+
+
+_CURRENT: Turns | None = None
+
+
+def use(turns: Turns | None) -> None:
+    """Make ``turns`` this process's (a class lane's GPU), or none."""
+    global _CURRENT
+    _CURRENT = turns
+
+
+def step() -> contextlib.AbstractContextManager[None]:
+    """A step of GPU work in this process's turns (a no-op where there are none)."""
+    return _CURRENT.step() if _CURRENT is not None else contextlib.nullcontext()
+
+
+def timing() -> contextlib.AbstractContextManager[None]:
+    """A timing in this process's turns (a no-op where there are none)."""
+    return _CURRENT.timing() if _CURRENT is not None else contextlib.nullcontext()

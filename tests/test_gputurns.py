@@ -1,0 +1,126 @@
+"""GPU work takes turns with timings, between real processes: steps overlap one another, a
+timing waits for the steps in flight and holds back new ones, and every wait is bounded."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.host import gputurns
+from grader.host.hostlock import LockTimeout, lock_place
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from grader.host import gputurns
+    from grader.host.hostlock import lock_place
+    folder, what, hold_s, log = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), Path(sys.argv[4])
+    turns = gputurns.Turns(lock_place("GPU-test", folder))
+    with (turns.timing() if what == "timing" else turns.step()):
+        log.write_text(f"{time.time()}\\n")
+        time.sleep(hold_s)
+        log.write_text(log.read_text() + f"{time.time()}\\n")
+""")
+
+
+def _start(folder: Path, what: str, hold_s: float, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", SCRIPT, str(folder), what, str(hold_s), str(log)], cwd=ROOT)
+
+
+def _span(log: Path) -> tuple[float, float]:
+    start, end = (float(x) for x in log.read_text().split())
+    return start, end
+
+
+def _when_started(log: Path, limit_s: float = 20.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert log.exists(), f"{log.name} never started"
+
+
+def _until_turnstile_held(folder: Path, limit_s: float = 20.0) -> None:
+    """Until a timing holds the turnstile (held through several tries: a step holds it only for an instant)."""
+    path = lock_place("GPU-test", folder).path(gputurns.TURNSTILE)
+    deadline, held = time.monotonic() + limit_s, 0
+    while held < 5 and time.monotonic() < deadline:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = 0
+        except BlockingIOError:
+            held += 1
+        finally:
+            os.close(fd)
+        time.sleep(0.02)
+    assert held >= 5, "the timing never took the turnstile"
+
+
+def test_steps_of_two_processes_share_the_gpu(tmp_path):
+    logs = [tmp_path / "a", tmp_path / "b"]
+    procs = [_start(tmp_path, "step", 1.0, log) for log in logs]
+    assert [p.wait(30) for p in procs] == [0, 0]
+    (a0, a1), (b0, b1) = _span(logs[0]), _span(logs[1])
+    assert a0 < b1 and b0 < a1, "the two steps ran side by side"
+
+
+def test_a_timing_waits_for_the_steps_in_flight_and_holds_back_new_ones(tmp_path):
+    step, timed, later = tmp_path / "step", tmp_path / "timed", tmp_path / "later"
+    first = _start(tmp_path, "step", 1.0, step)
+    _when_started(step)
+    timer = _start(tmp_path, "timing", 1.0, timed)
+    _until_turnstile_held(tmp_path)  # the timer waits for the step, holding new ones back
+    second = _start(tmp_path, "step", 0.1, later)
+    assert [p.wait(30) for p in (first, timer, second)] == [0, 0, 0]
+    assert _span(timed)[0] >= _span(step)[1], "the timing began only once the step in flight had ended"
+    assert _span(later)[0] >= _span(timed)[1], "a step asked for during the wait ran only after the timing"
+
+
+def test_the_timing_process_passes_its_own_steps_and_waits_for_its_own_steps_in_flight(tmp_path):
+    turns = gputurns.Turns(lock_place("GPU-test", tmp_path))
+    ended: list[float] = []
+
+    def own_step() -> None:
+        with turns.step():
+            time.sleep(0.5)
+            ended.append(time.monotonic())
+
+    thread = threading.Thread(target=own_step)
+    thread.start()
+    time.sleep(0.1)
+    with turns.timing():
+        began = time.monotonic()
+        with turns.step():  # the timed calls' own steps: no deadlock
+            pass
+    with turns.step(), turns.step():  # a step within a step (a worker ended during a call) waits for nothing
+        pass
+    thread.join()
+    assert ended and began >= ended[0]
+
+
+def test_a_wait_for_another_process_s_timing_is_bounded_and_says_so(tmp_path):
+    timed = tmp_path / "timed"
+    timer = _start(tmp_path, "timing", 3.0, timed)
+    _when_started(timed)
+    turns = gputurns.Turns(lock_place("GPU-test", tmp_path), wait_s=0.3)
+    with pytest.raises(LockTimeout, match="a timing to end"):
+        with turns.step():
+            pass
+    assert timer.wait(30) == 0
+    with turns.step():  # the timing over: the step goes ahead
+        pass
+
+
+def test_without_turns_configured_both_are_no_ops():
+    gputurns.use(None)
+    with gputurns.timing(), gputurns.step(), gputurns.step():
+        pass
