@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ..host import gputurns
 from ..host.gpu import GpuInfo
 from ..host.procgroup import AnyOf, Stop
 from ..isolation.launch import Isolation, RunDirs
@@ -189,12 +190,13 @@ class EarlySession:
         self._stops = [r.stop for r in requests]
         self._deadline = time.monotonic() + max(r.time_limit_s for r in requests)
         sent = False
-        with self._lock:
-            if self._job_w >= 0 and set(metrics_of(requests)) <= set(self.metrics) and len(job) <= JOB_PIPE_BYTES:
-                with contextlib.suppress(OSError):  # a worker that did not start has closed the pipe
-                    sent = os.write(self._job_w, job) == len(job)
-        self._close_job(cancel=not sent)
-        self._thread.join()
+        with gputurns.step():  # the session computes from its job to its end: a step of GPU work
+            with self._lock:
+                if self._job_w >= 0 and set(metrics_of(requests)) <= set(self.metrics) and len(job) <= JOB_PIPE_BYTES:
+                    with contextlib.suppress(OSError):  # a worker that did not start has closed the pipe
+                        sent = os.write(self._job_w, job) == len(job)
+            self._close_job(cancel=not sent)
+            self._thread.join()
         run, early = self._outcome
         if run is not None:
             return settled(requests, marks, run, early=True)

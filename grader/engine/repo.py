@@ -9,6 +9,7 @@ usual.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import time
@@ -19,7 +20,7 @@ from typing import Callable
 from ..checks.counterbatch import EarlySession, ProfileBatch
 from ..checks.sanitizerbatch import SanitizerBatch
 from ..errors import GraderError, internal_error_message
-from ..host import toolchain
+from ..host import gputurns, toolchain
 from ..host.gpu import key_of
 from ..host.procgroup import TEARDOWNS
 from ..host.safeio import UnsafeFile, submission_file
@@ -223,8 +224,11 @@ def _time_in_turn(started: list[tuple[int, LabGrading]], reports: list[LabReport
     sessions = [(key_of(g.sub.gpu), s) for _, g in started if g.sub is not None for s in g.sessions()]
     for _, grading in started:
         grading.end_workers = False
+        with contextlib.suppress(Exception):  # (opening the timing meets the same failure and reports it)
+            grading.background.wait()  # this student's tool runs end before the timing has the GPU alone
     try:
-        _open_and_time(started, reports, options, before_timing)
+        with gputurns.timing():  # other students' GPU work on this GPU waits (a class lane's turns)
+            _open_and_time(started, reports, options, before_timing)
     finally:
         for gpu in {gpu for gpu, _ in sessions}:
             TEARDOWNS.start(gpu, *(s for g, s in sessions if g == gpu))

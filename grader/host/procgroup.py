@@ -17,6 +17,7 @@ from typing import Any, Iterable, Protocol
 import psutil
 
 from ..textutil import CappedOutput
+from . import gputurns
 
 SETTLE_S = 2.0
 
@@ -32,13 +33,15 @@ class Killable(Protocol):
 
 
 def kill_together(*those: Killable) -> None:
-    """``kill()`` each at once (a worker's exit releases a CUDA context, which takes a while)."""
-    threads = [threading.Thread(target=one.kill, name="kill-together") for one in those[1:]]
-    for thread in threads:
-        thread.start()
-    those[0].kill()
-    for thread in threads:
-        thread.join()
+    """``kill()`` each at once (a worker's exit releases a CUDA context, which takes a while: a
+    step of GPU work in this process's turns, :mod:`grader.host.gputurns`)."""
+    with gputurns.step():
+        threads = [threading.Thread(target=one.kill, name="kill-together") for one in those[1:]]
+        for thread in threads:
+            thread.start()
+        those[0].kill()
+        for thread in threads:
+            thread.join()
 
 
 class Teardowns:

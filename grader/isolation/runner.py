@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..host import gputurns
 from ..host.procgroup import drain, kill_group, start_lasting
 from ..textutil import CappedOutput, clean
 from ..worker import shared
@@ -223,7 +224,12 @@ class WorkerSession:
     def run(self, task: Task, time_limit_s: float, fds: tuple[int, ...] = ()) -> TaskResult:
         """Run ``task``; ``fds``: shared buffers' descriptors the task's ``share`` names, passed
         first. A reply that names shared buffers of its own (``share`` and ``buffers``, from the
-        trusted worker) comes with their descriptors in ``fds``."""
+        trusted worker) comes with their descriptors in ``fds``. The call is a step of GPU work in
+        this process's turns (:mod:`grader.host.gputurns`), its limit counted once its turn came."""
+        with gputurns.step():
+            return self._run(task, time_limit_s, fds)
+
+    def _run(self, task: Task, time_limit_s: float, fds: tuple[int, ...]) -> TaskResult:
         if self.proc is None or self.proc.poll() is not None or not self.ready:
             failed = self._start()
             if failed is not None:

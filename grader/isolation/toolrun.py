@@ -3,6 +3,7 @@ pipe that only the grader reads, everything printed capped, killed at the limit 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GraderError
+from ..host import gputurns
 from ..host.procgroup import Stop, run_capped
 from ..host.safeio import read_beneath, write_private
 from ..textutil import CappedOutput, clean
@@ -60,8 +62,16 @@ def run_under_tool(
     come through (a run started before its job is known: what the job names must lie in
     ``isolation``'s folders); the worker then starts and waits for it.
 
-    ``TOOL_LOG`` in ``tool_cmd`` becomes the path of a pipe that only the grader reads.
+    ``TOOL_LOG`` in ``tool_cmd`` becomes the path of a pipe that only the grader reads. A run
+    given its task is a step of GPU work in this process's turns (:mod:`grader.host.gputurns`),
+    its limit counted once its turn came; one waiting for its job takes its turn when sent it.
     """
+    with gputurns.step() if not isinstance(task, int) else contextlib.nullcontext():
+        return _run_under_tool(tool_cmd, task, dirs, time_limit_s, isolation, extra_env, stop)
+
+
+def _run_under_tool(tool_cmd: list[str], task: Task | int, dirs: RunDirs, time_limit_s: float, isolation: Isolation,
+                    extra_env: dict[str, str] | None, stop: Stop | None) -> ToolRun:
     started = time.monotonic()
     dirs.make()
     console = CappedOutput(OUTPUT_HEAD_BYTES * 8, OUTPUT_TAIL_BYTES)
