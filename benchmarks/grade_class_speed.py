@@ -277,6 +277,7 @@ def main() -> int:
     p.add_argument("--resume", action="store_true",
                    help="with --keep: go on with the class a stopped run left there, adding up the runs' wall times")
     p.add_argument("-j", "--jobs", type=int, help="CPU pool size (default: the CPU count)")
+    p.add_argument("--per-gpu", type=int, default=1, help="grade-class --per-gpu: students graded at once on each GPU")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per student")
     args = p.parse_args()
     if args.resume and args.keep is None:
@@ -306,14 +307,15 @@ def main() -> int:
     if args.alone_only:
         return grade_alone(repos, names, options, work / "alone.json")
     slots = gpu_slots(options, args.gpus)
-    print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; lanes: "
+    print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; {args.per_gpu} per GPU; lanes: "
           f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {usable_cpus()} CPUs; "
           f"build cache {'warm' if args.warm else 'cold'}"
           + (f"; going on after {before:.1f} s of earlier runs" if resuming else ""), flush=True)
     started = time.monotonic() - before  # a resumed run's wall time includes the earlier runs'
     try:
         with BusySampler([s.index for s in slots]) as sampler:
-            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, gpus=args.gpus, jobs=args.jobs), Display(quiet=args.quiet))
+            run = grade_class(roster.from_folder(repos), options, ClassOptions(out, gpus=args.gpus, jobs=args.jobs, per_gpu=args.per_gpu),
+                              Display(quiet=args.quiet))
     except KeyboardInterrupt:
         wall = time.monotonic() - started
         elapsed.write_text(f"{wall:.3f}")

@@ -23,7 +23,7 @@ from .classroom.collect import ROSTER, collect, load_entries, parse_time
 from .classroom.progress import make as class_display
 from .classroom.roster import from_folder as roster_folder
 from .classroom.roster import load as load_roster
-from .classroom.run import ClassOptions, grade_class
+from .classroom.run import MAX_PER_GPU, ClassOptions, grade_class
 from .classroom.shard import parse as parse_shard
 from .cliparser import parser as _parser
 from .course import readme
@@ -163,13 +163,15 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
         raise GraderError("grade-class: give either a folder of student repositories or --roster CSV (one of them)")
     if args.jobs is not None and args.jobs < 1:
         raise GraderError(f"--jobs: expected a positive number, got {args.jobs}")
+    if not 1 <= args.per_gpu <= MAX_PER_GPU:
+        raise GraderError(f"--per-gpu: expected a number of students from 1 to {MAX_PER_GPU}, got {args.per_gpu}")
     course_labs("grade-class")  # before anything is read: a repository's own lab files never grade a class
     stopping.install()  # Ctrl-C, SIGTERM, SIGHUP: students in flight are not published
     exports = _exports(args)  # a mapping that cannot be read stops the run before anything is graded
     roster = load_roster(args.roster) if args.roster else roster_folder(args.class_dir)
     cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force,
                        parse_shard(args.shard) if args.shard else None, args.gpus, args.jobs,
-                       args.gradescope_visibility, args.health_wait)
+                       args.gradescope_visibility, args.health_wait, args.per_gpu)
     run = grade_class(roster, _options(args), cls, class_display(args.quiet))
     troubled = [r for r in run.rows if r.problems]
     print(f"graded {plural(len(run.graded), 'student')}, kept {len(run.skipped)} already graded: {args.out}/grades.csv, "

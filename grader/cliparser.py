@@ -62,6 +62,8 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("-j", "--jobs", type=int, metavar="N", help="compile processes ahead of the GPUs, and CPU lanes without one (default: CPU count)")
     k.add_argument("--gradescope-visibility", choices=gradescope.VISIBILITIES, default="visible",
                    help="visibility of the tests in each results.json (default: %(default)s)")
+    k.add_argument("--per-gpu", type=int, default=ClassOptions.per_gpu, metavar="N",
+                   help="students graded at once on each GPU: their GPU work side by side, each timing alone (default: %(default)s)")
     k.add_argument("--health-wait", type=_seconds, default=ClassOptions.health_wait_s, metavar="SECONDS",
                    help="the longest a timing waits for a busy, hot or throttled GPU before going ahead marked noisy (default: %(default)g)")
     _export_options(k)

@@ -109,3 +109,31 @@ def test_every_gpu_gets_a_lane_and_the_lanes_grade_at_once(tmp_path):
     scores = {json.loads((out / "students" / r.student / "report.json").read_text())["score"] for r in run.graded}
     reports = [json.loads((out / "students" / r.student / "report.json").read_text()) for r in run.graded]
     assert len(scores) == 1 and all(d["score"] == d["max_score"] for d in reports), scores
+
+
+@pytest.mark.gpu
+def test_two_students_at_once_on_one_gpu_time_alone_and_get_what_each_gets_alone(tmp_path):
+    """``--per-gpu 2``: two lanes share the GPU, their GPU work side by side and each timing alone:
+    no timing waits at the health gate for the other lane's processes, and every verdict but speed
+    (near a threshold, two timings may differ) is what grading the repository alone gives."""
+    from grader.classroom import roster
+    from grader.classroom.progress import Display
+    from grader.classroom.run import ClassOptions, grade_class
+    from grader.engine.repo import grade_repo
+
+    repos = _class(tmp_path)
+    for sid in ("ref2", "ref3"):
+        shutil.copytree(repos / "ref", repos / sid)
+    out = tmp_path / "out"
+    run = grade_class(roster.from_folder(repos), GradeOptions(), ClassOptions(out, LABS, health_wait_s=30, per_gpu=2),
+                      Display(quiet=True))
+    assert {r.lane for r in run.graded} == {"gpu0", "gpu0.1"}
+    for sid in ("ref", "ref2", "ref3", "wrong"):
+        in_class = json.loads((out / "students" / sid / "report.json").read_text())["labs"]
+        assert not [r["lab"] for r in in_class if r["environment"].get("timing_noisy")], sid
+        assert all(r["stage_seconds"].get("health_gate", 0) < 1 for r in in_class), sid
+        alone = grade_repo(repos / sid, GradeOptions(), labs=list(LABS))
+        assert [(r.lab, [(c.id, c.outcome.value) for c in r.checks if c.stage is not Stage.SPEED]) for r in alone] == \
+               [(r["lab"], [(c["id"], c["outcome"]) for c in r["checks"] if c["stage"] != "speed"]) for r in in_class]
+    ref = json.loads((out / "students" / "ref2" / "report.json").read_text())
+    assert ref["score"] == ref["max_score"]

@@ -82,6 +82,30 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     assert gpulock.gpu_folder(slot.key).path(gpulock.LOCK_NAME).exists()
 
 
+def test_several_seats_on_one_gpu_are_lanes_of_their_own_each_with_its_lock(tmp_path):
+    from grader.labspec.labs import find_lab
+
+    repos = tmp_path / "repos"
+    for sid in ("a", "b", "c", "d"):
+        target = repos / sid / "labs" / LAB / "student.cu"
+        target.parent.mkdir(parents=True)
+        shutil.copy(find_lab(LAB).files.reference, target)
+    options = GradeOptions(gpu=False)
+    jobs = [plan.plan_student(s, [find_lab(LAB)], options, tmp_path / "out", tmp_path) for s in roster.from_folder(repos)]
+    slots = [GpuSlot(7, "GPU-test-seats-7", "Fake", (9, 0)), GpuSlot(8, "GPU-test-seats-8", "Fake", (9, 0))]
+    scheduler = Scheduler(options, slots, [("sm_90",)], Recorder(), jobs=1, per_gpu=2)
+    lanes = scheduler._lanes((LAB,))
+    try:
+        assert [lane.name for lane in lanes] == ["gpu7", "gpu8", "gpu7.1", "gpu8.1"]  # seat by seat: one student per GPU first
+    finally:
+        for lane in lanes:
+            lane.close()
+    assert gpulock.seat_lock(0) == gpulock.LOCK_NAME and gpulock.seat_lock(1) == "grader-gpu-1.lock"
+    results = Scheduler(options, slots[:1], [("sm_90",)], Recorder(), jobs=1, per_gpu=2).run(jobs)
+    assert [r.student for r in results] == ["a", "b", "c", "d"] and not any(r.problems for r in results)
+    assert {r.lane for r in results} == {"gpu7", "gpu7.1"}, "both seats graded"
+
+
 def test_a_rehearsal_that_takes_its_lane_process_down_costs_the_first_student_nothing(tmp_path):
     """A lane readies its GPU before its first student, in its own process; should that process
     die there, the lane starts afresh and the student is graded as if there had been none."""

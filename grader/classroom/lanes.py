@@ -1,7 +1,9 @@
-"""Lanes: where students are graded, one at a time each. One lane per GPU, in a process of its
-own that sees only that GPU (``CUDA_VISIBLE_DEVICES``), holds the GPU's lock while it grades and
-asks the health gate before each timing; without a GPU, CPU lanes (threads) grade the checks that
-need none. A lane whose process dies records that student's failure and starts afresh.
+"""Lanes: where students are graded, one at a time each. One lane per GPU seat (``--per-gpu``
+seats, one by default), in a process of its own that sees only that GPU (``CUDA_VISIBLE_DEVICES``),
+holds its seat's lock while it grades, takes turns with the GPU's other lanes (their GPU work side
+by side, each timing alone: :mod:`grader.host.gputurns`) and asks the health gate before each
+timing; without a GPU, CPU lanes (threads) grade the checks that need none. A lane whose process
+dies records that student's failure and starts afresh.
 
 A lane's process grades with what its parent resolved (``grader.isolation.inherit``): the labs folder the
 parent found (``--labs`` among them) and its run secret, handed to the process's initializer, never
@@ -20,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
 from ..engine.rehearsal import rehearse_timings
-from ..host import gpulock, health
+from ..host import gpulock, gputurns, health
 from ..host.gpus import GpuSlot
 from ..isolation import inherit
 from ..isolation.options import GradeOptions
@@ -61,15 +63,18 @@ class ThreadLane(Lane):
 _LANE: dict[str, Any] = {}
 
 
-def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inherit.Inherited) -> None:
+def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inherit.Inherited, seat: int = 0,
+                root: int | None = None) -> None:
     inherit.adopt(inherited)
     stopping.install()  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
     folder = gpulock.gpu_folder(slot.key)
+    gputurns.use(gputurns.Turns(folder))  # the GPU's work takes turns with each timing, whoever's lane it is
     outbox: queues.SimpleQueue[Any] = queues.SimpleQueue()
     threading.Thread(target=_forward, args=(outbox, queue), name="lane-progress", daemon=True).start()
-    _LANE.update(slot=slot, outbox=outbox, folder=folder, gate=health.lane_gate(slot.index, health_wait_s))
+    _LANE.update(slot=slot, seat=seat, name=lane_name(slot, seat), outbox=outbox, folder=folder,
+                 gate=health.lane_gate(slot.index, health_wait_s, root))
 
 
 def _forward(outbox: queues.SimpleQueue[Any], queue: Any) -> None:
@@ -89,18 +94,17 @@ def _forward(outbox: queues.SimpleQueue[Any], queue: Any) -> None:
 
 
 def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> StudentResult:
-    slot: GpuSlot = _LANE["slot"]
     outbox = _LANE["outbox"]
     sid = job.student.id
 
     def progress(message: str) -> None:
-        outbox.put((slot.lane, sid, message))
+        outbox.put((_LANE["name"], sid, message))
 
     try:
-        with gpulock.gpu_lock(_LANE["folder"], what=f"grading {sid}", notify=progress) as waited:
+        with gpulock.gpu_lock(_LANE["folder"], what=f"grading {sid}", notify=progress, seat=_LANE["seat"]) as waited:
             if waited > 1:
                 progress(f"waited {waited:.0f} s for another grader on this GPU")
-            return grade_student(job, options, progress, _LANE["gate"], visibility, slot.lane)
+            return grade_student(job, options, progress, _LANE["gate"], visibility, _LANE["name"])
     finally:
         sent = threading.Event()
         outbox.put(sent)
@@ -110,29 +114,37 @@ def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> Stud
 def _lane_rehearse(labs: tuple[str, ...], options: GradeOptions) -> None:
     """Ready the lane's GPU before its first student (see :mod:`grader.engine.rehearsal`), while the
     CPU pool compiles that student."""
-    slot: GpuSlot = _LANE["slot"]
     outbox = _LANE["outbox"]
-    with gpulock.gpu_lock(_LANE["folder"]):
-        rehearse_timings([find_lab(lab) for lab in labs], options, lambda m: outbox.put((slot.lane, "", m)))
+    with gpulock.gpu_lock(_LANE["folder"], seat=_LANE["seat"]):
+        rehearse_timings([find_lab(lab) for lab in labs], options, lambda m: outbox.put((_LANE["name"], "", m)))
 
 
 # ------------------------------------------------------------------ seen from the scheduler
 
 
+def lane_name(slot: GpuSlot, seat: int) -> str:
+    """A lane's name: its GPU's (``gpu0``), and the seat after the first (``gpu0.1``)."""
+    return slot.lane if seat == 0 else f"{slot.lane}.{seat}"
+
+
 class GpuLane(Lane):
+    """A process grading one student at a time on one GPU, in ``seat`` of that GPU's seats (one per
+    student graded at once on it): the grader's processes are those of ``root`` (this process)."""
+
     def __init__(self, slot: GpuSlot, options: GradeOptions, queue: Any, visibility: str, health_wait_s: float,
-                 labs: tuple[str, ...] = (), inherited: inherit.Inherited | None = None) -> None:
+                 labs: tuple[str, ...] = (), inherited: inherit.Inherited | None = None, seat: int = 0) -> None:
         self.slot, self.options, self.queue, self.visibility = slot, options, queue, visibility
-        self.health_wait_s = health_wait_s
+        self.health_wait_s, self.seat, self.root = health_wait_s, seat, os.getpid()
         self.inherited = inherited or inherit.capture()  # in this (the parent's) process
-        self.name = slot.lane
+        self.name = lane_name(slot, seat)
         self.pool = self._start()
         # the lane's process starts now and readies its GPU while the first student is compiled
         self.rehearsal: Future[None] | None = self.pool.submit(_lane_rehearse, labs, options) if labs else None
 
     def _start(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_lane_setup, initargs=(self.slot, self.queue, self.health_wait_s, self.inherited))
+                                   initializer=_lane_setup,
+                                   initargs=(self.slot, self.queue, self.health_wait_s, self.inherited, self.seat, self.root))
 
     def _rehearsed(self) -> None:
         """Wait for the rehearsal, which only speeds students up: a lane process it took down is

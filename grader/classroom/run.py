@@ -34,6 +34,9 @@ from .scheduler import Scheduler
 from .shard import Shard
 from .student import StudentResult
 
+#: The most students graded at once on one GPU (each holds a CUDA context per lab and tool there).
+MAX_PER_GPU = 8
+
 
 @dataclass(frozen=True)
 class ClassOptions:
@@ -45,6 +48,7 @@ class ClassOptions:
     jobs: int | None = None  # CPU pool size (and CPU lanes without a GPU); default: the CPU count
     visibility: str = "visible"  # of the Gradescope tests
     health_wait_s: float = 60.0  # the longest a timing waits for a disturbed GPU
+    per_gpu: int = 1  # students graded at once on each GPU (their timings one at a time)
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
         skipped = tuple(j.student.id for j in jobs if j.student.id in current)
         archs: list[tuple[str, ...]] = [options.archs] if options.archs else sorted({(s.arch,) for s in slots})
         archs = archs or [default_archs()]
-        scheduler = Scheduler(options, slots, archs, display, cls.jobs, cls.visibility, cls.health_wait_s)
+        scheduler = Scheduler(options, slots, archs, display, cls.jobs, cls.visibility, cls.health_wait_s, cls.per_gpu)
         # every student's folder, and the commits' files, out of sight of every student's sandbox
         with sandboxing.kept_out([*(s.path for s in roster), scratch]):
             graded = scheduler.run(todo, skipped=len(skipped))

@@ -40,8 +40,8 @@ def _lower_priority() -> None:
 
 class Scheduler:
     def __init__(self, options: GradeOptions, slots: list[GpuSlot], archs: list[tuple[str, ...]], display: Display,
-                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0) -> None:
-        self.options, self.slots, self.display = options, slots, display
+                 jobs: int | None = None, visibility: str = "visible", health_wait_s: float = 60.0, per_gpu: int = 1) -> None:
+        self.options, self.slots, self.display, self.per_gpu = options, slots, display, max(1, per_gpu)
         self.jobs = cpu_jobs(jobs)
         self.builder = Builder(options, archs, baselines=bool(slots) and options.gpu)
         self.visibility, self.health_wait_s = visibility, health_wait_s
@@ -55,8 +55,9 @@ class Scheduler:
             self._manager = multiprocessing.get_context("spawn").Manager()
             self._events = self._manager.Queue()
             inherited = inherit.capture()  # every lane grades with the labs and secret this process resolved
-            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, labs, inherited)
-                    for slot in self.slots]
+            # seat by seat: the first students go one to each GPU
+            return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, labs, inherited, seat)
+                    for seat in range(self.per_gpu) for slot in self.slots]
         return [ThreadLane(f"cpu{k}", self.options, self.display.lane, self.visibility) for k in range(self.jobs)]
 
     def _forward_events(self, stop: threading.Event) -> None:

@@ -3,7 +3,9 @@
 Each GPU's locks are named after its UUID, in the grader's lock folder (``hostlock.lock_place``:
 the user's own, or the administrator's ``GRADER_LOCK_DIR``). A lane holds the GPU's
 ``grader-gpu.lock`` while it grades a student, so a timing never overlaps another grading on that
-GPU (two class runs, two shards on one node). The profiling lock of the counter checks
+GPU (two class runs, two shards on one node); a class grading several students at once on each
+GPU holds one lock per seat, and their GPU work takes turns with each timing
+(:mod:`grader.host.gputurns`). The profiling lock of the counter checks
 (``grader-ncu.lock``) is in the same place, so profilers on different GPUs run side by side.
 A wait is bounded (``GPU_WAIT_S``) and its error names the grader that held the lock.
 """
@@ -16,7 +18,7 @@ from typing import Callable, Iterator
 
 from .hostlock import LockPlace, hold, lock_place
 
-__all__ = ["GPU_WAIT_S", "LOCK_NAME", "gpu_folder", "gpu_lock"]
+__all__ = ["GPU_WAIT_S", "LOCK_NAME", "gpu_folder", "gpu_lock", "seat_lock"]
 
 LOCK_NAME = "grader-gpu.lock"
 #: The longest a lane waits for another grader to finish with its GPU.
@@ -28,9 +30,15 @@ def gpu_folder(key: str, base: Path | None = None) -> LockPlace:
     return lock_place(key, base)
 
 
+def seat_lock(seat: int) -> str:
+    """The lock of a GPU's ``seat``: ``LOCK_NAME`` for the first (a lane per GPU), one more per
+    student graded at once on it (``grade-class --per-gpu``)."""
+    return LOCK_NAME if seat == 0 else LOCK_NAME.replace(".lock", f"-{seat}.lock")
+
+
 @contextlib.contextmanager
 def gpu_lock(place: LockPlace, poll_s: float = 0.2, wait_s: float = GPU_WAIT_S, what: str = "grading",
-             notify: Callable[[str], None] | None = None) -> Iterator[float]:
-    """Hold the GPU's lock (waiting at most ``wait_s``); yields the seconds waited."""
-    with hold(place, LOCK_NAME, "the GPU lock", what, wait_s, poll_s, notify) as waited:
+             notify: Callable[[str], None] | None = None, seat: int = 0) -> Iterator[float]:
+    """Hold the lock of the GPU's ``seat`` (waiting at most ``wait_s``); yields the seconds waited."""
+    with hold(place, seat_lock(seat), "the GPU lock", what, wait_s, poll_s, notify) as waited:
         yield waited

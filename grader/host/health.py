@@ -134,10 +134,12 @@ def nvml_sampler(index: int) -> Callable[[], HealthSample]:
     return sample
 
 
-def lane_gate(index: int, max_wait_s: float) -> HealthGate | None:
-    """The gate of the lane on GPU ``index`` (None where NVML cannot be used)."""
+def lane_gate(index: int, max_wait_s: float, root: int | None = None) -> HealthGate | None:
+    """The gate of the lane on GPU ``index`` (None where NVML cannot be used). The grader's own
+    processes are those ``root`` started (default: this lane's): a class's process, whose lanes
+    on one GPU hold contexts there that take turns with each timing (:mod:`grader.host.gputurns`)."""
     try:
         sampler = nvml_sampler(index)
     except Exception:
         return None
-    return HealthGate(sampler, descendant_of(os.getpid()), max_wait_s)
+    return HealthGate(sampler, descendant_of(root or os.getpid()), max_wait_s)
