@@ -124,3 +124,34 @@ def test_without_turns_configured_both_are_no_ops():
     gputurns.use(None)
     with gputurns.timing(), gputurns.step(), gputurns.step():
         pass
+
+
+def test_a_step_waiting_when_its_own_process_s_timing_begins_goes_on_inside_it(tmp_path):
+    """A worker of the last student ending (a step) waits at the turnstile that this process's
+    timing took while another process's step ran; the timing, once it has the GPU, waits for that
+    worker to be gone: the step goes on as part of the timing instead of waiting for it to end."""
+    other = tmp_path / "other"
+    proc = _start(tmp_path, "step", 1.0, other)
+    _when_started(other)
+    turns = gputurns.Turns(lock_place("GPU-test", tmp_path), wait_s=20)
+    ended = threading.Event()
+    took: list[float] = []
+
+    def timer() -> None:
+        with turns.timing():
+            took.append(ended.wait(5))  # False: the timing and the step waited for each other
+
+    thread = threading.Thread(target=timer)
+    thread.start()
+    time.sleep(0.3)  # the timing holds the turnstile and waits for the other process's step
+
+    def teardown() -> None:
+        with turns.step():
+            ended.set()
+
+    stepper = threading.Thread(target=teardown)
+    stepper.start()
+    thread.join(20)
+    stepper.join(20)
+    assert took == [True] and not thread.is_alive()
+    assert proc.wait(30) == 0

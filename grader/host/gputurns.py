@@ -23,7 +23,7 @@ import fcntl
 import os
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .hostlock import LockPlace, LockTimeout, open_lock_file
 
@@ -47,8 +47,9 @@ class Turns:
         self._timing = False
         self._local = threading.local()  # each thread's depth of steps (a step within a step waits for nothing)
 
-    def _take(self, name: str, how: int, why: str) -> int:
-        """The lock file ``name`` opened and locked ``how`` (polling, bounded): its descriptor."""
+    def _take(self, name: str, how: int, why: str, unless: Callable[[], bool] = lambda: False) -> int | None:
+        """The lock file ``name`` opened and locked ``how`` (polling, bounded): its descriptor; None
+        once ``unless()`` holds."""
         fd = open_lock_file(self.place, name)
         started, pause = time.monotonic(), POLL_S[0]
         while True:
@@ -60,6 +61,9 @@ class Turns:
             except BaseException:
                 os.close(fd)
                 raise
+            if unless():
+                os.close(fd)
+                return None
             if time.monotonic() - started >= self.wait_s:
                 os.close(fd)
                 raise LockTimeout(f"waited {self.wait_s:.0f} s for {why} on this GPU and gave up: a step of GPU work "
@@ -71,18 +75,21 @@ class Turns:
     def step(self) -> Iterator[None]:
         """Hold the GPU for a step of work, beside other steps; never beside another's timing."""
         depth = getattr(self._local, "depth", 0)
-        if self._timing or depth:  # this process times (its own steps are part of it), or a step within a step
+        # this process times (its own steps are part of it: a worker of the last student ending,
+        # which the timing waits for), or a step within a step
+        turnstile = None if self._timing or depth else self._take(TURNSTILE, fcntl.LOCK_EX, "a timing to end",
+                                                                  unless=lambda: self._timing)
+        if turnstile is None:
             self._local.depth = depth + 1
             try:
                 yield
             finally:
                 self._local.depth = depth
             return
-        turnstile = self._take(TURNSTILE, fcntl.LOCK_EX, "a timing to end")
         try:
             with self._mutex:
                 if self._steps == 0:  # no timing holds the work lock: this process holds the turnstile
-                    self._shared = self._take(WORK, fcntl.LOCK_SH, "a timing to end")
+                    self._shared = self._take(WORK, fcntl.LOCK_SH, "a timing to end")  # at once
                 self._steps += 1
         finally:
             os.close(turnstile)
@@ -101,8 +108,10 @@ class Turns:
     def timing(self) -> Iterator[None]:
         """Have the GPU alone: no new step starts, and those in flight (this process's too) end first."""
         turnstile = self._take(TURNSTILE, fcntl.LOCK_EX, "another timing to end")
+        assert turnstile is not None
         try:
             work = self._take(WORK, fcntl.LOCK_EX, "the steps of GPU work in flight to end")
+            assert work is not None
             self._timing = True
             try:
                 yield
