@@ -30,6 +30,9 @@ def test_each_timed_kernel_of_a_lab_that_counts_flops_has_its_traffic_profiled_o
     assert all(c.metric_names == BYTES and c.points == 0 for c in found)
     profiles = launched.profiles_for(spec)
     assert all(c in profiles.checks for c in found) and len({profiles.case(c) for c in found}) <= 1
+    untimed = launched.profiles_for(spec, timed=False)  # --no-timing: no timed kernel to place
+    assert not [c for c in untimed.checks if c.id.startswith(traffic.CHECK_ID)]
+    assert launched.profiled(spec, timed=False), "counter cases, or the case that records what ran"
 
 
 def test_the_student_and_every_timed_baseline_are_profiled_on_the_timed_case(monkeypatch):

@@ -200,7 +200,7 @@ class LabGrading:
                 # counters start with the first passing case: the profiler run of a repository's
                 # labs, started beside the sanitizers instead, took 12 s on an H100 (5 to 7 s now)
                 counting = self._sent_to_batch = True  # counted() sends this lab's cases
-                profiles = self.profiles = launched.profiles_for(spec)
+                profiles = self.profiles = launched.profiles_for(spec, self.options.timing)
                 what = ", ".join(c.what for c in profiles.checks)
                 self.progress(f"[{spec.id}] counters: {what} (Nsight Compute, in the background)")
                 self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles))
@@ -208,7 +208,7 @@ class LabGrading:
     def _profiled(self) -> bool:
         """Whether the student's cases are profiled: for the counter checks, and for the record of
         which kernels ran that the compiled-code checks are judged on."""
-        return self.options.counters and launched.profiled(self.spec)
+        return self.options.counters and launched.profiled(self.spec, self.options.timing)
 
     def _rejudge_static(self) -> None:
         """Judge the compiled-code checks again on the kernels the profiler saw run; where it kept

@@ -9,6 +9,7 @@ loaded there, anything it reports is the student's to write.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -33,14 +34,15 @@ def list_check(spec: LabSpec) -> CounterCheck | None:
                         seed=case.seed, full=0.0, zero=0.0, points=0.0, kind="at_most")
 
 
-def profiled(spec: LabSpec) -> bool:
+def profiled(spec: LabSpec, timed: bool = True) -> bool:
     """Whether the lab profiles any case of the student's (``profiles_for`` has one)."""
-    return bool(spec.counters or list_check(spec) or traffic.checks(spec))
+    return bool(profiles_for(spec, timed).checks)
 
 
-def profiles_for(spec: LabSpec) -> Profiles:
+def profiles_for(spec: LabSpec, timed: bool = True) -> Profiles:
     """The lab's profiler runs: its counter checks' cases, where needed ``list_check``'s, and the
-    timed case's DRAM traffic (``traffic.checks``)."""
+    timed case's DRAM traffic (``traffic.checks``) where it is ``timed``."""
+    spec = spec if timed else dataclasses.replace(spec, benchmark=None)
     extra = list_check(spec)
     return Profiles((*spec.counters, *([extra] if extra else []), *traffic.checks(spec)))
 

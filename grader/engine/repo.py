@@ -191,13 +191,13 @@ def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession 
     """A student's profiler session, started before their labs' cases are known, where two labs
     or more have counter checks (None where it would not run: no GPU, no profiler)."""
     # the labs profiled: for their counter checks, their timed case's traffic, or the record of which kernels ran
-    profiled = [spec for spec in map(runnable, specs) if launched.profiled(spec)]
+    profiled = [spec for spec in map(runnable, specs) if launched.profiled(spec, options.timing)]
     if len(profiled) < 2 or not options.counters or toolchain.find("ncu") is None:
         return None
     gpu = probe_for(options).gpu
     if gpu is None:
         return None
-    metrics = tuple(dict.fromkeys(m for spec in profiled for ms in launched.profiles_for(spec).metrics.values() for m in ms))
+    metrics = tuple(dict.fromkeys(m for spec in profiled for ms in launched.profiles_for(spec, options.timing).metrics.values() for m in ms))
     isolation = Isolation(sandbox_for(options), read_only=tuple(spec.files.problem for spec in profiled),
                           cupy_cache=kernel_cache(options))
     if options.keep_work is not None:
