@@ -3,8 +3,8 @@
 The compiled-code checks judge only the kernels that ran: a kernel the file defines but never
 launches earns nothing. What ran is taken from Nsight Compute's list of the kernels it profiled
 in the student's cases (the lab's counter cases and its timed case profiled for its DRAM traffic,
-or, for a lab with neither, its last correctness case profiled for the list alone), never from the worker: once the student's code is
-loaded there, anything it reports is the student's to write.
+or, for a lab with neither, its last correctness case profiled for the list alone), never from the
+worker: once the student's code is loaded there, anything it reports is the student's to write.
 """
 
 from __future__ import annotations
