@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..host import gputurns
 from ..host.gpu import GpuInfo
 from ..host.procgroup import AnyOf, Stop
 from ..isolation.launch import Isolation, RunDirs
@@ -154,7 +153,9 @@ class EarlySession:
     CUDA context start (about 2 s on an H100) beside the correctness cases. The labs write their
     cases under ``staged`` (a folder its sandbox sees), and the job comes through a pipe once
     every lab has sent its own. A session that never ran (no profiler, counters busy, a worker
-    that did not start) leaves the labs to a session started then, as before."""
+    that did not start) leaves the labs to a session started then, as before. It holds the
+    profiler lock while it waits for its job, so it is not used where GPU work takes turns with
+    timings (:mod:`grader.host.gputurns`)."""
 
     def __init__(self, root: Path, metrics: tuple[str, ...], isolation: Isolation, gpu: GpuInfo | None, limit_s: float) -> None:
         self.root, self.staged, self.metrics = root, root / "staged", metrics
@@ -190,13 +191,12 @@ class EarlySession:
         self._stops = [r.stop for r in requests]
         self._deadline = time.monotonic() + max(r.time_limit_s for r in requests)
         sent = False
-        with gputurns.step():  # the session computes from its job to its end: a step of GPU work
-            with self._lock:
-                if self._job_w >= 0 and set(metrics_of(requests)) <= set(self.metrics) and len(job) <= JOB_PIPE_BYTES:
-                    with contextlib.suppress(OSError):  # a worker that did not start has closed the pipe
-                        sent = os.write(self._job_w, job) == len(job)
-            self._close_job(cancel=not sent)
-            self._thread.join()
+        with self._lock:
+            if self._job_w >= 0 and set(metrics_of(requests)) <= set(self.metrics) and len(job) <= JOB_PIPE_BYTES:
+                with contextlib.suppress(OSError):  # a worker that did not start has closed the pipe
+                    sent = os.write(self._job_w, job) == len(job)
+        self._close_job(cancel=not sent)
+        self._thread.join()
         run, early = self._outcome
         if run is not None:
             return settled(requests, marks, run, early=True)

@@ -64,13 +64,14 @@ _LANE: dict[str, Any] = {}
 
 
 def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inherit.Inherited, seat: int = 0,
-                root: int | None = None) -> None:
+                root: int | None = None, per_gpu: int = 1) -> None:
     inherit.adopt(inherited)
     stopping.install()  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
     folder = gpulock.gpu_folder(slot.key)
-    gputurns.use(gputurns.Turns(folder))  # the GPU's work takes turns with each timing, whoever's lane it is
+    if per_gpu > 1:  # several students at once on the GPU: their work takes turns with each timing
+        gputurns.use(gputurns.Turns(folder))
     outbox: queues.SimpleQueue[Any] = queues.SimpleQueue()
     threading.Thread(target=_forward, args=(outbox, queue), name="lane-progress", daemon=True).start()
     _LANE.update(slot=slot, seat=seat, name=lane_name(slot, seat), outbox=outbox, folder=folder,
@@ -128,13 +129,16 @@ def lane_name(slot: GpuSlot, seat: int) -> str:
 
 
 class GpuLane(Lane):
-    """A process grading one student at a time on one GPU, in ``seat`` of that GPU's seats (one per
-    student graded at once on it): the grader's processes are those of ``root`` (this process)."""
+    """A process grading one student at a time on one GPU, in ``seat`` of its ``per_gpu`` seats (one
+    per student graded at once on it): the grader's processes are those of ``root`` (this process).
+    With one seat the lane holds its GPU for each student, as graders sharing a GPU do (give them
+    the same ``--per-gpu``); with more, the seats' GPU work takes turns with each timing."""
 
     def __init__(self, slot: GpuSlot, options: GradeOptions, queue: Any, visibility: str, health_wait_s: float,
-                 labs: tuple[str, ...] = (), inherited: inherit.Inherited | None = None, seat: int = 0) -> None:
+                 labs: tuple[str, ...] = (), inherited: inherit.Inherited | None = None, seat: int = 0,
+                 per_gpu: int = 1) -> None:
         self.slot, self.options, self.queue, self.visibility = slot, options, queue, visibility
-        self.health_wait_s, self.seat, self.root = health_wait_s, seat, os.getpid()
+        self.health_wait_s, self.seat, self.per_gpu, self.root = health_wait_s, seat, per_gpu, os.getpid()
         self.inherited = inherited or inherit.capture()  # in this (the parent's) process
         self.name = lane_name(slot, seat)
         self.pool = self._start()
@@ -144,7 +148,8 @@ class GpuLane(Lane):
     def _start(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_lane_setup,
-                                   initargs=(self.slot, self.queue, self.health_wait_s, self.inherited, self.seat, self.root))
+                                   initargs=(self.slot, self.queue, self.health_wait_s, self.inherited, self.seat, self.root,
+                                             self.per_gpu))
 
     def _rehearsed(self) -> None:
         """Wait for the rehearsal, which only speeds students up: a lane process it took down is

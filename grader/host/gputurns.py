@@ -14,6 +14,11 @@ the timing first:
 ``flock`` has no timeout: the waits poll, and are bounded (:class:`~grader.host.hostlock.LockTimeout`).
 A step's own time limit starts after its wait, so another student's timing never counts against a
 verdict. Outside a class lane nothing is configured (:func:`use`) and both are no-ops.
+
+The order of locks: the profiler lock, then a turn (a profiler run takes its turn once it holds
+the lock, in ``grader.isolation.toolrun``); nothing waits for the profiler while holding a turn, so a
+timing, the steps in flight and the profiler never wait for one another in a circle. The early
+profiler session, which holds the lock while it waits for its job, is not used where turns are.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Callable, Iterator
 
 from .hostlock import LockPlace, LockTimeout, open_lock_file
 
-__all__ = ["TURNSTILE", "WORK", "Turns", "step", "timing", "use"]
+__all__ = ["TURNSTILE", "WORK", "Turns", "active", "step", "timing", "use"]
 
 TURNSTILE = "grader-gpu-turnstile.lock"
 WORK = "grader-gpu-work.lock"
@@ -129,6 +134,11 @@ def use(turns: Turns | None) -> None:
     """Make ``turns`` this process's (a class lane's GPU), or none."""
     global _CURRENT
     _CURRENT = turns
+
+
+def active() -> bool:
+    """Whether this process's GPU work takes turns (a class lane's)."""
+    return _CURRENT is not None
 
 
 def step() -> contextlib.AbstractContextManager[None]:
