@@ -155,3 +155,31 @@ def test_a_step_waiting_when_its_own_process_s_timing_begins_goes_on_inside_it(t
     stepper.join(20)
     assert took == [True] and not thread.is_alive()
     assert proc.wait(30) == 0
+
+
+def test_a_repository_times_its_labs_in_one_turn_of_its_own_once_their_tool_runs_are_over(monkeypatch, tmp_path):
+    """The engine's side: each lab's background runs are waited for first (they are this student's
+    steps: a timing waiting on them while they wait for a turn would never end), then the labs are
+    opened and timed inside one timing turn."""
+    from types import SimpleNamespace
+
+    from grader.engine import repo
+    from grader.isolation.options import GradeOptions
+
+    turns = gputurns.Turns(lock_place("GPU-test", tmp_path))
+    seen: list[str] = []
+
+    class Background:
+        def wait(self):
+            seen.append(f"tools of a lab, inside a timing: {turns._timing}")
+            return []
+
+    gradings = [(i, SimpleNamespace(sub=None, end_workers=True, background=Background(), sessions=lambda: [])) for i in range(2)]
+    monkeypatch.setattr(repo, "_open_and_time", lambda started, reports, options, gate: seen.append(
+        f"timed {len(started)} labs, inside a timing: {turns._timing}"))
+    gputurns.use(turns)
+    try:
+        repo._time_in_turn(gradings, [None, None], GradeOptions(gpu=False), None)
+    finally:
+        gputurns.use(None)
+    assert seen == ["tools of a lab, inside a timing: False"] * 2 + ["timed 2 labs, inside a timing: True"]
