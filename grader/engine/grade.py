@@ -24,7 +24,7 @@ from ..checks.counterbatch import ProfileBatch, counted
 from ..checks.counters import Profiles
 from ..checks.sanitizerbatch import SanitizerBatch
 from ..checks.sass import static_checks
-from ..checks.timing import Measurement, TimedRun
+from ..checks.timing import Measurement, TimedRun, baselines_of
 from ..host import toolchain
 from ..host.gpu import GpuProbe, key_of
 from ..isolation.build import lab_build
@@ -349,7 +349,7 @@ class LabGrading:
             self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.ERROR, message)
         else:
             assert self.worker is not None and self.baselines is not None
-            self.progress(f"[{spec.id}] timing against {', '.join(sorted({c.baseline for c in spec.benchmark.checks}))}")
+            self.progress(f"[{spec.id}] timing against {', '.join(baselines_of(spec.benchmark))}")
             with self.clock.stage(Stage.SPEED.value):
                 opened = speed.opened(sub, self.worker, self.baselines)
             if isinstance(opened, list):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..checks.counters import Profiles
+from ..checks.timing import baselines_of
 from ..labspec.spec import CounterCheck, LabSpec, split_metrics
 from ..worker import expr
 
@@ -21,9 +22,9 @@ METRIC = "dram__bytes_read.sum+dram__bytes_write.sum"
 CHECK_ID = "dram_traffic"
 
 
-def timed_kernels(spec: LabSpec) -> tuple[str, ...]:
+def timed_kernels(spec: LabSpec) -> list[str]:
     """The baselines the timed case is run with (the student's kernel is timed beside them)."""
-    return tuple(dict.fromkeys(c.baseline for c in spec.benchmark.checks)) if spec.benchmark else ()
+    return baselines_of(spec.benchmark) if spec.benchmark else []
 
 
 def checks(spec: LabSpec) -> tuple[CounterCheck, ...]:
