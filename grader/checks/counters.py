@@ -93,10 +93,8 @@ def summed(rows: list[KernelRow]) -> dict[str, float]:
 
 def _permission_problem(text: str) -> str:
     if "ERR_NVGPUCTRPERM" in text:
-        return (
-            "GPU performance counters are restricted to administrators on this machine "
-            "(ERR_NVGPUCTRPERM; the driver option NVreg_RestrictProfilingToAdminUsers=0 lifts it)"
-        )
+        return ("GPU performance counters are restricted to administrators on this machine "
+                "(ERR_NVGPUCTRPERM; the driver option NVreg_RestrictProfilingToAdminUsers=0 lifts it)")
     if "LibraryNotLoaded" in text or "Failed to initialize the profiler" in text:
         return "Nsight Compute could not initialise its profiler on this machine"
     return ""
@@ -352,8 +350,10 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
             v_base = counter_value(base.values, check)
     measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
                 "profile_seconds": round(mine.seconds, 2)}
-    measured.update({"profile_session_cases": mine.session} if mine.session else {})
-    measured.update({"profile_session_early": True} if mine.early else {})
+    if mine.session:
+        measured["profile_session_cases"] = mine.session
+    if mine.early:
+        measured["profile_session_early"] = True
     shared_with = profiles.first[profiles.case(check)]
     if shared_with != check.id:
         measured["profile_run_of"] = shared_with
