@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..outcome import LabReport
 from ..textutil import html_line
@@ -62,12 +62,17 @@ def of(report: LabReport) -> Roofline | None:
         return None
     rows = {kernel: row for kernel, row in report.timings.items() if _positive(row.get("gflops"))}
     measured = bool(rows) and all(_positive(row.get("flop_per_dram_byte")) for row in rows.values())
-    points = [Point(kernel, float(row["flop_per_dram_byte"]), float(row["gflops"]), float(row.get("dram_bytes") or 0))
-              if measured else Point(kernel, float(row["gflops"]) / float(row["gbps"]), float(row["gflops"]))
-              for kernel, row in rows.items() if measured or _positive(row.get("gbps"))]
+    points = [_point(kernel, row, measured) for kernel, row in rows.items() if measured or _positive(row.get("gbps"))]
     if not points or peak_gflops <= 0 or peak_gbps <= 0:
         return None
     return Roofline(report.lab, peak_gflops, peak_gbps, tuple(points), MEASURED if measured else MODELLED)
+
+
+def _point(kernel: str, row: Mapping[str, float], measured: bool) -> Point:
+    """``kernel`` at its measured intensity, or at the lab's model of it (GFLOP/s over model GB/s)."""
+    if measured:
+        return Point(kernel, float(row["flop_per_dram_byte"]), float(row["gflops"]), float(row.get("dram_bytes") or 0))
+    return Point(kernel, float(row["gflops"]) / float(row["gbps"]), float(row["gflops"]))
 
 
 def _positive(value: object) -> bool:
