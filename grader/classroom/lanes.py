@@ -1,8 +1,8 @@
 """Lanes: where students are graded, one at a time each. One lane per GPU seat (``--per-gpu``
 seats, one by default), in a process of its own that sees only that GPU (``CUDA_VISIBLE_DEVICES``),
-holds its seat's lock while it grades, takes turns with the GPU's other lanes (their GPU work side
-by side, each timing alone: :mod:`grader.host.gputurns`) and asks the health gate before each
-timing; without a GPU, CPU lanes (threads) grade the checks that need none. A lane whose process
+holds its seat's lock while it grades, with several seats takes turns with the GPU's other lanes
+(their GPU work side by side, each timing alone: :mod:`grader.host.gputurns`) and asks the health
+gate before each timing; without a GPU, CPU lanes (threads) grade the checks that need none. A lane whose process
 dies records that student's failure and starts afresh.
 
 A lane's process grades with what its parent resolved (``grader.isolation.inherit``): the labs folder the
