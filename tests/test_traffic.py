@@ -3,16 +3,22 @@ timed kernel on the roofline (the profiler's runs themselves are tested on the G
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from grader.checks import counterbatch, counters
+from grader.checks.correctness import tool_task
 from grader.checks.counters import CounterRun
 from grader.engine import launched, traffic
-from grader.labspec.labs import find_lab
+from grader.isolation.launch import RunDirs
+from grader.labspec.labs import find_lab, load_problem
 from grader.outcome import LabReport
 from grader.report import roofline
+from grader.worker.buffers import filled_inputs
 
 ENV = {"device.peak_fp32_gflops": 66900.0, "device.peak_dram_gbps": 3352.3}
 BYTES = ("dram__bytes_read.sum", "dram__bytes_write.sum")
@@ -26,7 +32,7 @@ def test_each_timed_kernel_of_a_lab_that_counts_flops_has_its_traffic_profiled_o
     spec = find_lab(lab)
     found = traffic.checks(spec)
     assert sorted(c.baseline for c in found) == sorted(baselines)  # the histogram counts no FLOPs: no roofline
-    assert {counters.Profiles.case(c) for c in found} <= {(tuple(sorted(spec.benchmark.params.items())), spec.benchmark.seed)}
+    assert {counters.Profiles.case(c) for c in found} <= {(tuple(sorted(spec.benchmark.params.items())), spec.benchmark.seed, "filled")}
     assert all(c.metric_names == BYTES and c.points == 0 for c in found)
     profiles = launched.profiles_for(spec)
     assert all(c in profiles.checks for c in found) and len({profiles.case(c) for c in found}) <= 1
@@ -44,6 +50,27 @@ def test_the_student_and_every_timed_baseline_are_profiled_on_the_timed_case(mon
     counterbatch.counted(SimpleNamespace(spec=spec), None, lambda: True, launched.profiles_for(spec))
     assert sorted(calls) == [("naive", "dram_traffic_naive"), ("reference", "dram_traffic_reference"),
                              ("student", "dram_traffic_naive"), ("student", "dram_traffic_reference")]
+
+
+def test_the_timed_case_is_profiled_on_inputs_the_worker_fills_with_no_input_file_written(tmp_path):
+    """The timed case is large (64M elements in memory_types): its generator and a 256 MB input
+    file would add seconds to every student's profiler session, for bytes that do not depend on
+    the values."""
+    spec = find_lab("tiled_matmul")
+    check = traffic.checks(spec)[0]
+    sub = SimpleNamespace(spec=spec, problem=load_problem(spec), library=tmp_path / "student.so", cache_dir=None)
+    task = tool_task(sub, check, RunDirs(tmp_path / "in", tmp_path / "out"))  # type: ignore[arg-type]
+    assert task["inputs"] == {} and task["fill"] == spec.benchmark.seed and not (tmp_path / "in").exists()
+    filled = filled_inputs(task["launcher"], task["params"], task["fill"])
+    width = spec.benchmark.params["width"]
+    assert {name: (a.shape, a.dtype) for name, a in filled.items()} == {
+        "M": ((width, width), np.float32), "N": ((width, width), np.float32)}
+    again = filled_inputs(task["launcher"], task["params"], task["fill"])
+    assert all(np.array_equal(filled[n], again[n]) for n in filled) and not np.array_equal(filled["M"], filled["N"])
+    generated = dataclasses.replace(check, inputs="generated")  # a counter check on the same case and seed
+    assert counters.Profiles.case(generated) != counters.Profiles.case(check), "its run must not get filled inputs"
+    task = tool_task(sub, generated, RunDirs(tmp_path / "in", tmp_path / "out"))  # type: ignore[arg-type]
+    assert "fill" not in task and sorted(Path(p).name for p in task["inputs"].values()) == ["M.npy", "N.npy"]
 
 
 def _timings(width: int) -> dict[str, dict[str, float]]:

@@ -32,7 +32,7 @@ from . import counterlines
 from .correctness import tool_task
 
 #: Counter checks on the same case share a profiler run: (sorted params, seed).
-CaseKey = tuple[tuple[tuple[str, object], ...], int]
+CaseKey = tuple[tuple[tuple[str, object], ...], int, str]  # params, seed, where the inputs come from
 
 
 #: A profiled case in which the profiler saw no kernel of the student's.
@@ -297,7 +297,7 @@ class Profiles:
 
     @staticmethod
     def case(check: CounterCheck) -> CaseKey:
-        return (tuple(sorted(check.params.items())), check.seed)
+        return (tuple(sorted(check.params.items())), check.seed, check.inputs)
 
     def settle(self, whose: str, key: CaseKey, run: CounterRun) -> None:
         """Take ``run`` as ``whose`` run of case ``key`` (made elsewhere: a shared session)."""
@@ -324,7 +324,7 @@ def baseline_run(sub: Submission, check: CounterCheck, profiles: Profiles) -> Co
     trusted = sub.trusted_dirs().sub(f"ncu-{check.id}")
 
     def profile_baseline(metrics: tuple[str, ...]) -> CounterRun:
-        key = f"{sub.gpu.name}|{sub.gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}"
+        key = f"{sub.gpu.name}|{sub.gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}|{check.inputs}"
         return profile(base_lib, lambda: tool_task(sub, check, trusted, base_lib), metrics, trusted,
                        sub.time_left(check.time_limit_s), sub.isolation.for_baselines(), cache_key=key,
                        cache_dir=sub.cache_dir, gpu=sub.gpu)

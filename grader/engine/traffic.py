@@ -1,8 +1,8 @@
 """The DRAM traffic of each timed kernel, measured by Nsight Compute on the timed case: the
 roofline's arithmetic intensity.
 
-A lab whose timed case counts FLOPs profiles that case once more (its inputs, not the secret
-timed ones: the traffic does not depend on the values), for the student in the repository's
+A lab whose timed case counts FLOPs profiles that case once more (on inputs the worker fills
+itself, not the secret timed ones: the traffic does not depend on the values), for the student in the repository's
 profiler session and for each timed baseline trusted and cached, collecting the bytes DRAM read
 and wrote (ncu flushes the caches before each kernel, so the figure is a cold run's). Each timed
 kernel's row then carries ``dram_bytes`` and ``flop_per_dram_byte``; a kernel whose traffic could
@@ -34,7 +34,8 @@ def checks(spec: LabSpec) -> tuple[CounterCheck, ...]:
     if bench is None or not float(expr.evaluate(bench.flops, bench.params)):
         return ()
     return tuple(CounterCheck(id=f"{CHECK_ID}_{name}", metric=METRIC, what="DRAM bytes read and written", params=bench.params,
-                              seed=bench.seed, full=0.0, zero=0.0, points=0.0, kind="at_most", baseline=name)
+                              seed=bench.seed, full=0.0, zero=0.0, points=0.0, kind="at_most", baseline=name,
+                              inputs="filled")
                  for name in timed_kernels(spec))
 
 

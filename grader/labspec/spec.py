@@ -23,6 +23,7 @@ StaticRequirement = Literal[
 ]
 SanitizerTool = Literal["memcheck", "racecheck", "synccheck", "initcheck"]
 CounterKind = Literal["reduction", "at_most"]
+InputSource = Literal["generated", "filled"]
 LineFigure = Literal["", "global_load_sectors", "global_load_requests", "shared_bank_conflicts", "global_atomics"]
 ParamValue = typing.Union[int, str]
 VerdictName = Literal["pass", "fail", "error", "skipped", "any"]
@@ -257,6 +258,10 @@ class CounterCheck:
                "empty: none."})
     time_limit_s: float = field(default=120.0, metadata={"doc": "Seconds one profiler run (the student's or the "
                                                                 "baseline's) may take."})
+    inputs: InputSource = field(default="generated", metadata={
+        "doc": "`generated`: the lab's generator makes the profiled case's inputs from `seed`; `filled`: the "
+               "worker fills them with arbitrary values itself and no input file is written (for a large case "
+               "whose figure does not depend on the values, such as DRAM bytes)."})
     course_only: bool = field(default=False, metadata={"doc": _COURSE_ONLY})
 
     @property

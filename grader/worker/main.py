@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import owned, shared
-from .buffers import Buffers, StudentCudaError, library
+from .buffers import Buffers, StudentCudaError, filled_inputs, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
 from .owned import Mapped
 from .protocol import MARK_KERNEL, Kind, Reply, Status, Task, makes_shared, memory_taken
@@ -25,7 +25,10 @@ def run_case(cp: Any, task: Task) -> Reply:
     lib = library(task["lib"], task["launcher"])
     mapped = bufs = None  # held until the call is over: their memory is the call's
     if task.get("memcpy_only"):
-        inputs = {k: np.load(v) for k, v in task["inputs"].items()}
+        if "fill" in task:
+            inputs = filled_inputs(task["launcher"], task["params"], int(task["fill"]))
+        else:
+            inputs = {k: np.load(v) for k, v in task["inputs"].items()}
         bufs = Buffers(cp, task["launcher"], task["params"], inputs, 0, memcpy_only=True)
         args = bufs.args
     else:

@@ -78,6 +78,7 @@ class Task(TypedDict, total=False):
     out_dir: str
     guard: int
     memcpy_only: bool
+    fill: int  # tool cases: the seed of inputs the worker fills itself (no input files)
     problem: str
     seed: int
     measure_copy: bool
@@ -103,10 +104,15 @@ def case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], share: s
     return Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, share=share, buffers=buffers, guard=guard)
 
 
-def tool_case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str]) -> Task:
+def tool_case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str],
+                   fill: int | None = None) -> Task:
     """Run the launcher once on ``inputs`` (.npy paths) in buffers of the worker's own, with no CuPy
-    kernel and nothing read back (under a profiler or sanitizer). Reply: ``seconds``, ``kernels_launched``."""
-    return Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, inputs=inputs, memcpy_only=True)
+    kernel and nothing read back (under a profiler or sanitizer). With ``fill`` (a seed) the worker
+    fills the inputs itself, with arbitrary values. Reply: ``seconds``, ``kernels_launched``."""
+    task = Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, inputs=inputs, memcpy_only=True)
+    if fill is not None:
+        task["fill"] = fill
+    return task
 
 
 def share_task(launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str], guard: int) -> Task:
