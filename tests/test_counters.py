@@ -23,13 +23,13 @@ def test_the_profiling_lock_keeps_two_processes_apart(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from grader.checks.counters import profiling_lock
+        from grader.host.gpulock import profiling_lock
         with profiling_lock(5, Path({str(tmp_path)!r})):
             print("held", flush=True)
             time.sleep(1.5)
     """)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent.parent)
     assert holder.stdout.readline().strip() == "held"
-    with counters.profiling_lock(10, tmp_path) as waited:
+    with gpulock.profiling_lock(10, tmp_path) as waited:
         pass
     assert waited >= 1.0  # the other process held it for 1.5 s after saying so
     holder.wait(5)
@@ -40,26 +40,26 @@ def test_each_gpu_has_its_own_profiling_lock_in_the_folder_of_its_gpu_lock(tmp_p
     monkeypatch.delenv("GRADER_LOCK_DIR", raising=False)
     h100 = GpuInfo("NVIDIA H100", (9, 0), "580", 0, "GPU-1111aaaa-22bb")
     other = GpuInfo("NVIDIA H100", (9, 0), "580", 1, "GPU-3333cccc-44dd")
-    folder = counters.lock_folder(h100)
+    folder = gpulock.lock_folder(h100)
     # the user's own lock folder (not a folder in /tmp that another user could make first)
-    assert folder.path(counters.LOCK_NAME) == tmp_path / "cache" / "cuda-lab-grader" / "locks" / \
+    assert folder.path(gpulock.PROFILER_LOCK) == tmp_path / "cache" / "cuda-lab-grader" / "locks" / \
         "GPU-1111aaaa-22bb.grader-ncu.lock"
     assert folder == gpulock.gpu_folder(GpuSlot(0, h100.uuid, h100.name, (9, 0)).key)  # a class lane's
-    with counters.profiling_lock(1, folder):
-        with counters.profiling_lock(0.3, counters.lock_folder(other)) as waited:  # another GPU: no wait
+    with gpulock.profiling_lock(1, folder):
+        with gpulock.profiling_lock(0.3, gpulock.lock_folder(other)) as waited:  # another GPU: no wait
             assert waited < 0.3
         with pytest.raises(TimeoutError):
-            with counters.profiling_lock(0.3, counters.lock_folder(h100)):
+            with gpulock.profiling_lock(0.3, gpulock.lock_folder(h100)):
                 pass
     # a GPU whose UUID is unknown shares the one lock of the lock folder
-    assert counters.lock_folder(GpuInfo("some GPU", (8, 0), "580")).path(counters.LOCK_NAME) == \
+    assert gpulock.lock_folder(GpuInfo("some GPU", (8, 0), "580")).path(gpulock.PROFILER_LOCK) == \
         tmp_path / "cache" / "cuda-lab-grader" / "locks" / "grader-ncu.lock"
 
 
 def test_waiting_for_the_profiling_lock_gives_up_at_the_limit(tmp_path):
-    with counters.profiling_lock(1, tmp_path):
+    with gpulock.profiling_lock(1, tmp_path):
         with pytest.raises(TimeoutError):
-            with counters.profiling_lock(0.3, tmp_path):
+            with gpulock.profiling_lock(0.3, tmp_path):
                 pass
 
 

@@ -122,7 +122,7 @@ def test_another_users_gpu_folder_in_tmp_with_a_linked_lock_is_neither_used_nor_
     monkeypatch.delenv("GRADER_LOCK_DIR", raising=False)
     from grader.host.gpu import GpuInfo
 
-    with counters.profiling_lock(2, counters.lock_folder(GpuInfo("H100", (9, 0), "580", 0, KEY))):
+    with gpulock.profiling_lock(2, gpulock.lock_folder(GpuInfo("H100", (9, 0), "580", 0, KEY))):
         pass
     assert _untouched(victim)  # the old grader made it mode 0666 here
     with gpulock.gpu_lock(gpulock.gpu_folder(KEY)):
@@ -138,11 +138,11 @@ def test_a_linked_lock_file_is_refused_with_a_message_not_followed(tmp_path):
     locks = tmp_path / "locks"
     place = gpulock.gpu_folder(KEY, base=locks)
     victim = _victim(tmp_path)
-    place.path(counters.LOCK_NAME).symlink_to(victim)
+    place.path(gpulock.PROFILER_LOCK).symlink_to(victim)
     with pytest.raises(GraderError) as err:
-        with counters.profiling_lock(1, place):
+        with gpulock.profiling_lock(1, place):
             pass
-    assert "symbolic link" in str(err.value) and str(place.path(counters.LOCK_NAME)) in str(err.value)
+    assert "symbolic link" in str(err.value) and str(place.path(gpulock.PROFILER_LOCK)) in str(err.value)
     assert "rm -f" in str(err.value)
     assert _untouched(victim)
     # the counters check says so and is skipped, rather than the grade failing with a trace

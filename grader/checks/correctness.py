@@ -264,8 +264,14 @@ def _run_again(sub: Submission, worker: WorkerSession, trusted: WorkerSession, t
 def tool_task(sub: Submission, check: SanitizerCheck | CounterCheck, dirs: RunDirs, library: Path | None = None) -> Task:
     """The one-launch case task a sanitizer or profiler runs (of ``library``, by default the
     student's), its inputs written to the inbox (or, for a check on ``filled`` inputs, made by the worker)."""
-    lib, launcher = str(library or sub.library), launcher_spec(sub.spec)
+    return case_tool_task(sub.spec, sub.problem, check, dirs, library or sub.library, sub.cache_dir)
+
+
+def case_tool_task(spec: LabSpec, problem: ModuleType, check: SanitizerCheck | CounterCheck, dirs: RunDirs, library: Path,
+                   cache_dir: Path | None) -> Task:
+    """``tool_task`` of any library of the lab's (a baseline's, profiled ahead of any submission)."""
+    launcher = launcher_spec(spec)
     if isinstance(check, CounterCheck) and check.inputs == "filled":
-        return tool_case_task(lib, launcher, dict(check.params), {}, fill=check.seed)
-    _, paths = write_inputs(sub.spec, sub.problem, check.params, check.seed, dirs.inbox, sub.cache_dir)
-    return tool_case_task(lib, launcher, dict(check.params), paths)
+        return tool_case_task(str(library), launcher, dict(check.params), {}, fill=check.seed)
+    _, paths = write_inputs(spec, problem, check.params, check.seed, dirs.inbox, cache_dir)
+    return tool_case_task(str(library), launcher, dict(check.params), paths)

@@ -3,7 +3,6 @@ scores one counter check, ``Profiles`` shares one profiler run among the checks 
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import io
@@ -12,12 +11,13 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from ..host import toolchain
-from ..host.gpu import GpuInfo, key_of
+from ..host.gpu import GpuInfo
+from ..host.gpulock import lock_folder, profiling_lock
 from ..host.hostdirs import HostStateError, private_dir, read_private, write_private
-from ..host.hostlock import LockPlace, hold, lock_place
+from ..host.hostlock import LockPlace
 from ..host.procgroup import Stop
 from ..isolation.build import baseline_library
 from ..isolation.compilerlog import demangle
@@ -33,7 +33,6 @@ from .correctness import tool_task
 
 #: Counter checks on the same case share a profiler run: (sorted params, seed).
 CaseKey = tuple[tuple[tuple[str, object], ...], int, str]  # params, seed, where the inputs come from
-
 
 #: A profiled case in which the profiler saw no kernel of the student's.
 NO_KERNEL = "the launcher ran no kernel"
@@ -100,33 +99,12 @@ def _permission_problem(text: str) -> str:
     return ""
 
 
-LOCK_NAME = "grader-ncu.lock"
 #: What ncu prints when another profiler holds the GPU's counters.
 BUSY_MARK = "driver resource was unavailable"
 BUSY_ATTEMPTS = 3
 BUSY_PAUSE_S = 2.0
-
-
-def lock_folder(gpu: GpuInfo | None) -> LockPlace:
-    """Where the profiling lock of ``gpu`` lives: the grader's lock folder, named after its UUID
-    (one lock for every GPU whose UUID is not known)."""
-    return lock_place(key_of(gpu))
-
-
-@contextlib.contextmanager
-def profiling_lock(time_limit_s: float, folder: LockPlace | Path | None = None) -> Iterator[float]:
-    """Hold a GPU's profiling lock; yields the seconds spent waiting for it.
-
-    A GPU's counters serve one profiler at a time. ncu keeps its own runs apart, but not across
-    the namespaces of separate sandboxes (the later runs fail with "a driver resource was
-    unavailable"), so every grader process of this user (or of every user, with a shared
-    ``GRADER_LOCK_DIR``) takes this lock around each run: in ``folder``, the GPU's place
-    (``lock_folder``), a folder of this user's, or else the lock folder's GPU-less lock.
-    Raises TimeoutError (a :class:`~grader.host.hostlock.LockTimeout` naming the holder) after ``time_limit_s``.
-    """
-    place = folder if isinstance(folder, LockPlace) else lock_place("", folder)
-    with hold(place, LOCK_NAME, "the profiler lock", "profiling", time_limit_s, 0.05) as waited:
-        yield waited
+#: The largest cached counter run that is read back.
+CACHE_LIMIT_BYTES = 1 << 20
 
 
 def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: float, pause_s: float = BUSY_PAUSE_S,
@@ -150,10 +128,6 @@ def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: fl
             time.sleep(pause_s)
     return None, (f"the GPU's performance counters stayed busy through {tries} tries: another profiler "
                   "(Nsight Compute outside the grader, DCGM) was collecting on this GPU")
-
-
-#: The largest cached counter run that is read back.
-CACHE_LIMIT_BYTES = 1 << 20
 
 
 def cache_path(cache_key: str, cache_dir: Path, library: Path) -> Path:
@@ -196,8 +170,13 @@ def profile(
         return failed_run(failure, run)
     counted = judged(metrics, kernel_rows(run.log), run.result or {}, run.log, run.seconds)
     if counted.values and cache_file is not None:
-        write_private(cache_file, json.dumps({"values": dict(counted.values), "kernels": list(counted.kernels)}).encode())
+        store(cache_file, counted)
     return counted
+
+
+def store(cache_file: Path, run: CounterRun) -> None:
+    """Keep a trusted run's counters where ``profile`` finds them (``cache_path``)."""
+    write_private(cache_file, json.dumps({"values": dict(run.values), "kernels": list(run.kernels)}).encode())
 
 
 def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
@@ -324,11 +303,14 @@ def baseline_run(sub: Submission, check: CounterCheck, profiles: Profiles) -> Co
     trusted = sub.trusted_dirs().sub(f"ncu-{check.id}")
 
     def profile_baseline(metrics: tuple[str, ...]) -> CounterRun:
-        key = f"{sub.gpu.name}|{sub.gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}|{check.inputs}"
-        return profile(base_lib, lambda: tool_task(sub, check, trusted, base_lib), metrics, trusted,
-                       sub.time_left(check.time_limit_s), sub.isolation.for_baselines(), cache_key=key,
-                       cache_dir=sub.cache_dir, gpu=sub.gpu)
+        return profile(base_lib, lambda: tool_task(sub, check, trusted, base_lib), metrics, trusted, sub.time_left(check.time_limit_s),
+                       sub.isolation.for_baselines(), cache_key=baseline_key(sub.gpu, metrics, check), cache_dir=sub.cache_dir, gpu=sub.gpu)
     return profiles.run(f"baseline {check.baseline}", check, profile_baseline)
+
+
+def baseline_key(gpu: GpuInfo | None, metrics: tuple[str, ...], check: CounterCheck) -> str:
+    """What a baseline's profiled case is cached under (with the library's bytes: ``cache_path``)."""
+    return f"{gpu and gpu.name}|{gpu and gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}|{check.inputs}"
 
 
 def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResult:
@@ -361,7 +343,6 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
     if v_base is not None:
         measured[check.baseline] = v_base
     case = params_label(check.params)
-
     if check.kind == "reduction":
         if v_base is None:
             return CheckResult(check.id, Stage.COUNTERS, Outcome.SKIPPED, 0, check.points,
