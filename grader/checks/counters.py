@@ -154,12 +154,9 @@ def profile(
     ncu's report comes through a pipe that only the grader reads: what the program printed
     (forged CSV rows, a fake "counters busy") is never parsed."""
     cache_file = cache_path(cache_key, cache_dir, library) if cache_key and cache_dir else None
-    if cache_file is not None:
-        private_dir(cache_file.parent, "the counters cache")
-        stored = read_private(cache_file, CACHE_LIMIT_BYTES, "a cached counter run")
-        if stored is not None:
-            data = json.loads(stored)
-            return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
+    kept = cached(cache_file) if cache_file is not None else None
+    if kept is not None:
+        return kept
     if callable(task):
         task = task()
     run, early = run_profiler(task, metrics, dirs, time_limit_s, isolation, gpu)
@@ -172,6 +169,16 @@ def profile(
     if counted.values and cache_file is not None:
         store(cache_file, counted)
     return counted
+
+
+def cached(cache_file: Path) -> CounterRun | None:
+    """The trusted run ``store`` kept in ``cache_file`` (None: none is)."""
+    private_dir(cache_file.parent, "the counters cache")
+    stored = read_private(cache_file, CACHE_LIMIT_BYTES, "a cached counter run")
+    if stored is None:
+        return None
+    data = json.loads(stored)
+    return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
 
 
 def store(cache_file: Path, run: CounterRun) -> None:

@@ -32,6 +32,7 @@ from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, LabReport, Outcome, Stage
 from . import launched
+from .baselines import profile_baselines
 from .grade import LabGrading
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
 
@@ -141,6 +142,7 @@ def grade_many(
     if len(items) > 1:
         progress(f"compiling {len(items)} submissions and their baselines")
         prebuild([item for item, why in zip(items, refused) if not why], options)
+        profile_baselines(list({spec.id: spec for (spec, _, _), why in zip(items, refused) if not why}.values()), options, progress)
 
     def begin(i: int, shared: tuple[ProfileBatch, SanitizerBatch] | None) -> LabGrading | LabReport:
         spec, path, display = items[i]

@@ -1,0 +1,88 @@
+"""The baselines' profiled cases made ahead on an empty cache: which cases, in which sessions, and
+that a lab then finds each one cached under the key it looks for (real sessions need a GPU and
+run in the GPU tests' class and repository runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.checks import counters
+from grader.checks.counterbatch import Request, combined
+from grader.checks.counters import CounterRun
+from grader.engine import baselines, launched
+from grader.host.gpu import GpuInfo, GpuProbe
+from grader.isolation.build import baseline_library
+from grader.isolation.launch import RunDirs
+from grader.isolation.options import GradeOptions
+from grader.labspec.labs import find_lab
+
+H100 = GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "580.65", 0, "GPU-1111aaaa")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, tmp_path):
+    """A GPU and a profiler as the module sees them; the sessions they would run, recorded."""
+    monkeypatch.setattr(baselines, "probe_for", lambda options: GpuProbe(H100))
+    real = baselines.toolchain.find
+    monkeypatch.setattr(baselines.toolchain, "find", lambda name: Path("/usr/bin/true") if name == "ncu" else real(name))
+    sessions: list[list[Request]] = []
+    answer: dict[str, object] = {"settle": True}
+
+    def profile_together(requests):
+        sessions.append([r for r in requests])
+        if not answer["settle"]:
+            return {}
+        return {(r.lab, r.key): CounterRun(values={**{m: 7.0 for m in r.metrics}, "other.sum": 1.0}, kernels=("k",))
+                for r in requests}
+
+    monkeypatch.setattr(baselines, "profile_together", profile_together)
+    return GradeOptions(cache_dir=tmp_path / "cache"), sessions, answer
+
+
+def test_every_uncached_baseline_case_is_profiled_once_in_one_session_per_kind_then_found_cached(fake_gpu, tmp_path):
+    options, sessions, _ = fake_gpu
+    spec = find_lab("corner_turning")
+    assert baselines.profile_baselines([spec, spec], options) == 4
+    # the counter case (instrumented metrics) for naive and reference, the timed case's traffic (DRAM bytes) for both
+    assert len(sessions) == 2
+    kinds = [{(r.lab.split()[1], r.key[2]) for r in session} for session in sessions]
+    assert sorted(map(sorted, kinds)) == [[("naive", "filled"), ("reference", "filled")],
+                                          [("naive", "generated"), ("reference", "generated")]]
+    instrumented = next(s for s in sessions if s[0].key[2] == "generated")
+    assert all(any(m.startswith("smsp__sass_") for m in r.metrics) for r in instrumented)
+    traffic = next(s for s in sessions if s[0].key[2] == "filled")
+    assert all(r.metrics == ("dram__bytes_read.sum", "dram__bytes_write.sum") for r in traffic)
+    assert all(combined([r.isolation for r in s]).trusted for s in sessions)  # the session runs the grader's own code unconfined
+
+    # a lab's own baseline run now finds each case under the key it computes, with its own metrics only
+    profiles = launched.profiles_for(spec)
+    for check in (c for c in profiles.checks if c.baseline):
+        metrics = profiles.metrics[profiles.case(check)]
+        library = baseline_library(spec, check.baseline, ("sm_90",), options.cache_dir)
+
+        def no_task(check=check):
+            raise AssertionError(f"{check.id} of {check.baseline} was profiled again")
+
+        run = counters.profile(library, no_task, metrics, RunDirs(tmp_path / "i", tmp_path / "o"), 10, None,  # type: ignore[arg-type]
+                               cache_key=counters.baseline_key(H100, metrics, check), cache_dir=options.cache_dir)
+        assert run.cached and run.values == {m: 7.0 for m in metrics}
+    assert baselines.profile_baselines([spec], options) == 0 and len(sessions) == 2  # all cached: no session
+
+
+def test_what_a_session_did_not_settle_is_left_to_the_lab(fake_gpu):
+    options, sessions, answer = fake_gpu
+    spec = find_lab("corner_turning")
+    answer["settle"] = False
+    assert baselines.profile_baselines([spec], options) == 4
+    assert len(baselines.pending([spec], options, ("sm_90",), H100, options.cache_dir, None, options.cache_dir / "t")) == 4  # type: ignore[arg-type]
+
+
+def test_nothing_is_profiled_ahead_without_counters_or_a_gpu(fake_gpu, monkeypatch):
+    options, sessions, _ = fake_gpu
+    spec = find_lab("corner_turning")
+    assert baselines.profile_baselines([spec], GradeOptions(cache_dir=options.cache_dir, counters=False)) == 0
+    monkeypatch.setattr(baselines, "probe_for", lambda options: GpuProbe(None, "no GPU"))
+    assert baselines.profile_baselines([spec], options) == 0
+    assert sessions == []
