@@ -97,6 +97,38 @@ def test_each_timed_kernel_sits_on_the_roofline_at_the_dram_bytes_it_moved():
 
 
 @pytest.mark.gpu
+def test_baselines_profiled_ahead_together_count_what_each_counts_profiled_alone(tmp_path):
+    """An empty cache: corner_turning's four baseline cases (its counter case and its timed case,
+    for naive and reference) in two sessions ahead, then each case profiled alone as a lab did."""
+    from grader.checks import counters
+    from grader.engine import baselines
+    from grader.host import toolchain
+    from grader.isolation.launch import Isolation
+    from grader.isolation.options import archs_for, kernel_cache, probe_for, sandbox_for
+
+    if toolchain.find("ncu") is None:
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    spec, options = find_lab("corner_turning"), GradeOptions(cache_dir=tmp_path / "ahead")
+    probe = probe_for(options)
+    todo = baselines.pending([spec], options, archs_for(options, probe), probe.gpu, options.cache_dir, None,  # type: ignore[arg-type]
+                             tmp_path / "listed")
+    started = time.monotonic()
+    assert baselines.profile_baselines([spec], options) == 4
+    print(f"4 baseline cases profiled ahead in {time.monotonic() - started:.1f} s")
+    assert baselines.profile_baselines([spec], options) == 0
+    alone = GradeOptions(cache_dir=tmp_path / "alone")
+    isolation = Isolation(sandbox_for(alone), trusted=True, cupy_cache=kernel_cache(alone))
+    for p in todo:
+        kept = counters.cached(p.cache_file)
+        assert kept is not None and set(kept.values) == set(p.request.metrics), p.request.lab
+        dirs = p.request.dirs
+        run = counters.profile(Path(p.request.task["lib"]), p.request.task, p.request.metrics, dirs, 120, isolation, gpu=probe.gpu)
+        assert run.values and not (run.error or run.skipped or run.hidden), (p.request.lab, run)
+        for metric, value in run.values.items():  # (DRAM bytes and a few bank conflicts vary a little between runs)
+            assert kept.values[metric] == pytest.approx(value, rel=0.05), (p.request.lab, metric)
+
+
+@pytest.mark.gpu
 def test_a_rehearsal_readies_every_labs_timing_from_an_empty_cache(tmp_path):
     """What a class's GPU lane does before its first student: afterwards the baselines' timing of
     a lab compiles no kernel the rehearsal did not."""
