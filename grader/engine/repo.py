@@ -108,7 +108,7 @@ def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs
         if with_gpu:
             for name in spec.baseline_names:
                 builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
-    with ThreadPoolExecutor(max_workers=jobs or min(8, usable_cpus())) as pool:
+    with ThreadPoolExecutor(max_workers=jobs or usable_cpus()) as pool:  # every core: a cold start compiles 15 sources
         futures = [pool.submit(lab_build, spec, path, archs, options.cache_dir, display, box)
                    for (_, path, display), (spec, box) in builds.items()]
         for future in futures:
