@@ -31,8 +31,8 @@ from ..worker.protocol import Task
 from . import counterlines
 from .correctness import tool_task
 
-#: Counter checks on the same case share a profiler run: (sorted params, seed).
-CaseKey = tuple[tuple[tuple[str, object], ...], int, str]  # params, seed, where the inputs come from
+#: Counter checks on the same case share a profiler run: (sorted params, seed, where the inputs come from).
+CaseKey = tuple[tuple[tuple[str, object], ...], int, str]
 
 #: A profiled case in which the profiler saw no kernel of the student's.
 NO_KERNEL = "the launcher ran no kernel"

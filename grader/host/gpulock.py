@@ -47,9 +47,9 @@ def gpu_lock(place: LockPlace, poll_s: float = 0.2, wait_s: float = GPU_WAIT_S, 
 
 
 def lock_folder(gpu: GpuInfo | None) -> LockPlace:
-    """Where the profiling lock of ``gpu`` lives: the grader's lock folder, named after its UUID
-    (one lock for every GPU whose UUID is not known)."""
-    return lock_place(key_of(gpu))
+    """Where the profiling lock of ``gpu`` lives: its ``gpu_folder`` (one for every GPU whose UUID
+    is not known)."""
+    return gpu_folder(key_of(gpu))
 
 
 @contextlib.contextmanager
