@@ -254,11 +254,30 @@ def print_stages(out: Path) -> None:
     print(f"stage seconds, summed over labs: {shown or 'none above 0.05 s'}")
 
 
-def print_figures(out: Path, sampler: BusySampler, on_gpu: bool) -> None:
-    """The run's figures besides its wall time: the GPU's (busy, health gate) and the stages'."""
+def print_serial(out: Path, gpus: int) -> None:
+    """The work each GPU does one student at a time: a student's profiler session (the profiler
+    lock) and their timing (the GPU alone). However many seats, a class takes at least their sum
+    over its students, shared among the GPUs. (With several seats a session's seconds include its
+    wait for the profiler lock: the bound is then too high.)"""
+    profiler = timing = 0.0
+    students = sorted((out / STUDENTS_DIR).glob("*/report.json"))
+    for report in students:
+        stages = [lab["stage_seconds"] for lab in json.loads(report.read_text())["labs"]]
+        profiler += max((s.get("counters", 0.0) for s in stages), default=0.0)  # (the labs share one session)
+        timing += max((s.get("speed.open", 0.0) for s in stages), default=0.0) + sum(
+            s.get("speed.sampling", 0.0) + s.get("speed.close", 0.0) for s in stages)
+    if students:
+        print(f"one student at a time per GPU: profiler {profiler / len(students):.2f} s and timing "
+              f"{timing / len(students):.2f} s per student; the class cannot take less than "
+              f"{(profiler + timing) / max(1, gpus):.0f} s on {max(1, gpus)} GPU(s)")
+
+
+def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1) -> None:
+    """The run's figures besides its wall time: the GPU's (busy, health gate, serial work) and the stages'."""
     if on_gpu:
         print_busy(sampler)
         print_gate_waits(out)
+        print_serial(out, gpus)
     print_stages(out)
 
 
@@ -323,7 +342,7 @@ def main() -> int:
         print(f"\ninterrupted after {wall:.1f} s with {done} of {len(names)} repositories graded"
               + (f" ({wall / done:.2f} s each, the cold start included)" if done else "")
               + (f"; go on with --keep {work} --resume" if args.keep else ""))
-        print_figures(out, sampler, bool(slots))
+        print_figures(out, sampler, bool(slots), len(slots))
         return 130
     wall = time.monotonic() - started
     elapsed.write_text(f"{wall:.3f}")
@@ -331,7 +350,7 @@ def main() -> int:
     kept = f" ({len(run.skipped)} in earlier runs)" if run.skipped else ""
     print(f"\ngraded {len(names)} repositories{kept} in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "
           f"(each took {statistics.median(per):.1f} s median, {max(per):.1f} s at most, on its lane)")
-    print_figures(out, sampler, bool(slots))
+    print_figures(out, sampler, bool(slots), len(slots))
     if slots:
         print(f"target: {'met' if wall <= 480 and len(names) >= 40 else 'compare with'} <= 8 min for 40 repositories on one H100")
     else:
