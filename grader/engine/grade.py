@@ -201,7 +201,7 @@ class LabGrading:
                 # labs, started beside the sanitizers instead, took 12 s on an H100 (5 to 7 s now)
                 counting = self._sent_to_batch = True  # counted() sends this lab's cases
                 profiles = self.profiles = launched.profiles_for(spec, self.options.timing)
-                what = ", ".join(c.what for c in profiles.checks)
+                what = ", ".join(dict.fromkeys(c.what for c in profiles.checks))  # (the traffic is one figure per timed kernel)
                 self.progress(f"[{spec.id}] counters: {what} (Nsight Compute, in the background)")
                 self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles))
 
