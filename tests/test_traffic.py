@@ -73,6 +73,15 @@ def test_the_timed_case_is_profiled_on_inputs_the_worker_fills_with_no_input_fil
     assert "fill" not in task and sorted(Path(p).name for p in task["inputs"].values()) == ["M.npy", "N.npy"]
 
 
+def test_filled_integer_inputs_are_zeros_so_that_indices_stay_in_bounds():
+    launcher = {"name": "gather", "args": [{"name": "idx", "role": "input", "dtype": "int32", "shape": ["n"]},
+                                           {"name": "x", "role": "input", "dtype": "float32", "shape": ["n"]},
+                                           {"name": "n", "role": "scalar", "ctype": "int", "value": "n"}]}
+    filled = filled_inputs(launcher, {"n": 100_000}, 3)  # type: ignore[arg-type]
+    assert filled["idx"].dtype == np.int32 and not filled["idx"].any()
+    assert filled["x"].dtype == np.float32 and 0 <= filled["x"].min() < filled["x"].max() < 100
+
+
 def _timings(width: int) -> dict[str, dict[str, float]]:
     flops, model = 2 * width ** 3, 3 * 4 * width ** 2
     out = {}

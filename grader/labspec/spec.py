@@ -260,7 +260,7 @@ class CounterCheck:
                                                                 "baseline's) may take."})
     inputs: InputSource = field(default="generated", metadata={
         "doc": "`generated`: the lab's generator makes the profiled case's inputs from `seed`; `filled`: the "
-               "worker fills them with arbitrary values itself and no input file is written (for a large case "
+               "worker fills them itself (small floats, integers 0) and no input file is written (for a large case "
                "whose figure does not depend on the values, such as DRAM bytes)."})
     course_only: bool = field(default=False, metadata={"doc": _COURSE_ONLY})
 

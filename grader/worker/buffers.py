@@ -127,14 +127,15 @@ FILL_BLOCK = 1 << 16
 
 def filled_inputs(launcher: LauncherSpec, params: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     """Arbitrary inputs for a case whose figure does not depend on their values (a profiled run
-    of a large case): a seeded block of small values repeated, made in a fraction of the time a
-    generator and an input file take."""
+    of a large case): a seeded block of small floats repeated, made in a fraction of the time a
+    generator and an input file take. Integer inputs are zeros: were they indices, every one is
+    in bounds."""
     rng = np.random.default_rng(seed)
     out = {}
     for slot in layout(launcher, params, 0):
         if isinstance(slot, Slot) and slot.role == "input":
             size = int(np.prod(slot.shape)) if slot.shape else 1
-            block = rng.integers(0, 100, size=min(size, FILL_BLOCK)).astype(slot.dtype)
+            block = (rng.integers(0, 100, size=min(size, FILL_BLOCK)) if slot.dtype.kind == "f" else np.zeros(1)).astype(slot.dtype)
             out[slot.name] = np.resize(block, size).reshape(slot.shape)
     return out
 
