@@ -243,7 +243,7 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
 
     monkeypatch.setattr(grade, "lab_build", spy)
     # memory_types profiles its timed case for its DRAM traffic, and another case for the record of
-    # which kernels ran where it is not timed; untimed and without compiled-code checks, nothing
+    # which kernels ran; untimed and without compiled-code checks, nothing
     spec = dataclasses.replace(find_lab("memory_types"), static=(), benchmark=None)
     assert not spec.counters and launched.list_check(spec) is None and not traffic.checks(spec)
     assert launched.list_check(dataclasses.replace(find_lab("memory_types"), benchmark=None)) is not None

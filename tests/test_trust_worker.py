@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from grader.checks.correctness import failure_from_task
-from grader.checks.counters import NO_KERNEL, CounterRun
+from grader.checks.counters import NO_KERNEL, CounterRun, Profiles
 from grader.engine import launched
 from grader.isolation import replies, runner, toolrun
 from grader.isolation.launch import Isolation, RunDirs
@@ -236,8 +236,12 @@ def test_a_lab_with_compiled_code_checks_and_no_counter_checks_profiles_a_case_f
     assert (dict(extra.params), extra.seed, extra.metric) == (dict(last.params), last.seed, launched.LIST_METRIC)
     assert extra.time_limit_s >= 60, "a profiler run pays for ncu's start and may wait for the GPU"
     assert [c.id for c in launched.profiles_for(untimed).checks] == [launched.LIST_CHECK_ID]
-    timed = find_lab("memory_types")  # its timed case, profiled for its traffic, records what ran
-    assert launched.list_check(timed) is None and launched.profiles_for(timed).checks == traffic.checks(timed)
+    timed = find_lab("memory_types")  # its timed case's traffic may be kept from an earlier grade: the record is this grade's
+    assert launched.profiles_for(timed).checks == (extra, *traffic.checks(timed))
+    key = Profiles.case(traffic.checks(timed)[0])
+    kept = CounterRun(values={"dram__bytes_read.sum": 1.0}, kernels=("old_kernel",), cached=True)
+    fresh = CounterRun(values={launched.LIST_METRIC: 1.0}, kernels=("conv1d_tiled",))
+    assert launched.record({("student", key): kept, ("student", Profiles.case(extra)): fresh}).names == {"conv1d_tiled"}
     counted = find_lab("tiled_matmul")
     assert launched.list_check(counted) is None
     assert launched.profiles_for(counted).checks == (*counted.counters, *traffic.checks(counted))

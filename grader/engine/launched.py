@@ -2,9 +2,10 @@
 
 The compiled-code checks judge only the kernels that ran: a kernel the file defines but never
 launches earns nothing. What ran is taken from Nsight Compute's list of the kernels it profiled
-in the student's cases (the lab's counter cases and its timed case profiled for its DRAM traffic,
-or, for a lab with neither, its last correctness case profiled for the list alone), never from the
-worker: once the student's code is loaded there, anything it reports is the student's to write.
+in the student's cases profiled in this grade (the lab's counter cases, its timed case profiled for
+its DRAM traffic unless that run was kept from an earlier grade, and, for a lab without counter
+cases, its last correctness case profiled for the list alone), never from the worker: once the
+student's code is loaded there, anything it reports is the student's to write.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ LIST_CHECK_ID = "kernels_that_ran"
 
 def list_check(spec: LabSpec) -> CounterCheck | None:
     """The extra profiled case of a lab whose compiled-code checks need a record of what ran but
-    whose counter checks profile nothing (None where the counter cases or the timed case's traffic
-    serve, or nothing needs it)."""
-    if not spec.static or spec.counters or traffic.checks(spec) or not spec.correctness.cases:
+    whose counter checks profile nothing (None where the counter cases serve, or nothing needs it).
+    The timed case's traffic never serves: its run may be kept from an earlier grade, and the record
+    is of this grade's runs."""
+    if not spec.static or spec.counters or not spec.correctness.cases:
         return None
     case = spec.correctness.cases[-1]
     # the time limit of a counter check: a profiler run pays for ncu's start and may wait its turn on the GPU
@@ -57,7 +59,7 @@ class Record:
 
 def record(runs: Mapping[tuple[str, CaseKey], CounterRun]) -> Record:
     """The kernels of every student case the profiler completed; unknown where none completed."""
-    mine = [run for (whose, _), run in runs.items() if whose == "student"]
+    mine = [run for (whose, _), run in runs.items() if whose == "student" and not run.cached]  # (this grade's)
     # a run whose kernels were partly hidden from the profiler still records those it saw
     done = [run for run in mine if not (run.skipped or run.error) or run.error == NO_KERNEL]
     if done:
