@@ -47,9 +47,46 @@ def test_the_student_and_every_timed_baseline_are_profiled_on_the_timed_case(mon
     monkeypatch.setattr(counters, "grade", lambda sub, check, profiles: None)
     monkeypatch.setattr(counters, "student_run", lambda sub, check, profiles: calls.append(("student", check.id)))
     monkeypatch.setattr(counters, "baseline_run", lambda sub, check, profiles: calls.append((check.baseline, check.id)))
-    counterbatch.counted(SimpleNamespace(spec=spec), None, lambda: True, launched.profiles_for(spec))
+    counterbatch.counted(SimpleNamespace(spec=spec, gpu=None), None, lambda: True, launched.profiles_for(spec))
     assert sorted(calls) == [("naive", "dram_traffic_naive"), ("reference", "dram_traffic_reference"),
                              ("student", "dram_traffic_naive"), ("student", "dram_traffic_reference")]
+
+
+def test_the_students_traffic_is_kept_for_the_next_grade_of_the_same_code_and_no_scored_case_is(monkeypatch, tmp_path):
+    """The roofline's figure for code graded before on this GPU and driver comes from that grade
+    (a warm regrade profiles four large kernels fewer); every case a check scores is profiled again."""
+    from grader.host.gpu import GpuInfo
+
+    spec = find_lab("tiled_matmul")
+    profiled: list[str] = []
+
+    def student_run(sub, check, profiles):
+        return profiles.run("student", check, lambda metrics: (profiled.append(check.id),
+                                                              CounterRun(values={m: 5.0 for m in metrics}, kernels=("k",)))[1])
+
+    monkeypatch.setattr(counters, "grade", lambda sub, check, profiles: student_run(sub, check, profiles))
+    monkeypatch.setattr(counters, "student_run", student_run)
+    monkeypatch.setattr(counters, "baseline_run", lambda sub, check, profiles: None)
+    library = tmp_path / "student.so"
+    library.write_bytes(b"compiled once")
+    sub = SimpleNamespace(spec=spec, gpu=GpuInfo("H100", (9, 0), "580"), cache_dir=tmp_path / "cache", library=library)
+
+    def grade_once() -> counters.Profiles:
+        profiles = launched.profiles_for(spec)
+        counterbatch.counted(sub, None, lambda: True, profiles)  # type: ignore[arg-type]
+        return profiles
+
+    grade_once()
+    assert sorted(profiled) == ["dram_traffic_naive", "global_load_reduction"]
+    profiled.clear()
+    again = grade_once()
+    assert profiled == ["global_load_reduction"], "the scored case again, the traffic kept"
+    kept = again.runs[("student", again.case(traffic.checks(spec)[0]))]
+    assert kept.cached and kept.values == {m: 5.0 for m in BYTES}
+    library.write_bytes(b"compiled from an edited file")
+    profiled.clear()
+    grade_once()
+    assert sorted(profiled) == ["dram_traffic_naive", "global_load_reduction"]
 
 
 def test_the_timed_case_is_profiled_on_inputs_the_worker_fills_with_no_input_file_written(tmp_path):

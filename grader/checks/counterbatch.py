@@ -70,6 +70,8 @@ def requests_of(sub: Submission, profiles: Profiles, staged: Path | None = None)
         shutil.copyfile(sub.library, library)
         isolation = dataclasses.replace(isolation, read_only=(*isolation.read_only, staged))
     for key, metrics in profiles.metrics.items():
+        if ("student", key) in profiles.runs:  # (kept from an earlier grade)
+            continue
         check = next(c for c in profiles.checks if c.id == profiles.first[key])
         dirs = sub.tool_dirs(f"ncu-{check.id}")
         if staged is not None:
@@ -250,6 +252,10 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
     checks are gated: none is returned). ``profiles`` (default: the counter checks' cases) may
     hold more cases, profiled alike and left in it (``launched.record``)."""
     profiles = profiles or counters.Profiles(sub.spec.counters)
+    kept = {key: path for key in profiles.metrics if (path := kept_file(sub, profiles, key)) is not None}
+    for key, path in kept.items():
+        if (run := counters.cached(path)) is not None:
+            profiles.settle("student", key, run)
     if batch is not None:
         batch.send_made(sub.spec.id, lambda: requests_of(sub, profiles, batch.staged(sub.spec.id)))
         for key, run in batch.runs(sub.spec.id).items():
@@ -262,4 +268,20 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
             counters.student_run(sub, check, profiles)
             if check.baseline:
                 counters.baseline_run(sub, check, profiles)
+    for key, path in kept.items():
+        run = profiles.runs.get(("student", key))
+        if run is not None and not run.cached and run.values and not (run.skipped or run.error or run.hidden):
+            counters.store(path, run)
     return graded
+
+
+def kept_file(sub: Submission, profiles: counters.Profiles, key: CaseKey) -> Path | None:
+    """Where the student's run of case ``key`` is kept between grades of the same compiled code on
+    the same GPU and driver: only for a case that no check scores and whose figure does not depend
+    on its inputs (the timed case's DRAM traffic, for the roofline); None for any other, which is
+    profiled at every grade."""
+    checks = [c for c in profiles.checks if profiles.case(c) == key]
+    if not checks or any(c.points or c.inputs != "filled" for c in checks) or sub.gpu is None:
+        return None
+    key_text = "student|" + counters.baseline_key(sub.gpu, profiles.metrics[key], checks[0])  # (never a baseline's entry)
+    return counters.cache_path(key_text, sub.cache_dir, sub.library)
