@@ -3,7 +3,8 @@ roofline's arithmetic intensity.
 
 A lab whose timed case counts FLOPs profiles that case once more (on inputs the worker fills
 itself, not the secret timed ones: the traffic does not depend on the values), for the student
-in the repository's profiler session and for each timed baseline trusted and cached, collecting
+in the repository's profiler session (kept for the next grade of the same compiled code:
+``counterbatch.kept_file``) and for each timed baseline trusted and cached, collecting
 the bytes DRAM read and wrote (ncu flushes the caches before each kernel, so the figure is a
 cold run's). Each timed kernel's row then carries ``dram_bytes`` and ``flop_per_dram_byte``; a
 kernel whose traffic could not be measured keeps the lab's model of it, and the roofline says
