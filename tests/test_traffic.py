@@ -62,7 +62,8 @@ def test_the_students_traffic_is_kept_for_the_next_grade_of_the_same_code_and_no
 
     def student_run(sub, check, profiles):
         return profiles.run("student", check, lambda metrics: (profiled.append(check.id),
-                                                              CounterRun(values={m: 5.0 for m in metrics}, kernels=("k",)))[1])
+                                                              CounterRun(values={**{m: 5.0 for m in metrics}, "session.other.sum": 1.0},
+                                                                         kernels=("k",)))[1])
 
     monkeypatch.setattr(counters, "grade", lambda sub, check, profiles: student_run(sub, check, profiles))
     monkeypatch.setattr(counters, "student_run", student_run)
@@ -82,7 +83,7 @@ def test_the_students_traffic_is_kept_for_the_next_grade_of_the_same_code_and_no
     again = grade_once()
     assert profiled == ["global_load_reduction"], "the scored case again, the traffic kept"
     kept = again.runs[("student", again.case(traffic.checks(spec)[0]))]
-    assert kept.cached and kept.values == {m: 5.0 for m in BYTES}
+    assert kept.cached and kept.values == {m: 5.0 for m in BYTES}, "the case's own figures, not the session's others"
     library.write_bytes(b"compiled from an edited file")
     profiled.clear()
     grade_once()
