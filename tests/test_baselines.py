@@ -86,3 +86,17 @@ def test_nothing_is_profiled_ahead_without_counters_or_a_gpu(fake_gpu, monkeypat
     monkeypatch.setattr(baselines, "probe_for", lambda options: GpuProbe(None, "no GPU"))
     assert baselines.profile_baselines([spec], options) == 0
     assert sessions == []
+
+
+def test_a_baseline_that_cannot_be_built_leaves_the_others_to_be_profiled_ahead(fake_gpu, monkeypatch):
+    options, sessions, _ = fake_gpu
+    real = baselines.baseline_library
+
+    def built(spec, name, *args):
+        if name == "naive":
+            raise RuntimeError("baseline 'naive' of lab corner_turning does not compile")
+        return real(spec, name, *args)
+
+    monkeypatch.setattr(baselines, "baseline_library", built)
+    assert baselines.profile_baselines([find_lab("corner_turning")], options) == 2
+    assert sorted(r.lab.split()[1] for s in sessions for r in s) == ["reference", "reference"]

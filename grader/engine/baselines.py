@@ -85,7 +85,10 @@ def pending(specs: list[LabSpec], options: GradeOptions, archs: tuple[str, ...],
             if not check.baseline or (spec.id, check.baseline, key) in out:
                 continue
             metrics = profiles.metrics[key]
-            library = baseline_library(spec, check.baseline, archs, cache_dir)
+            try:
+                library = baseline_library(spec, check.baseline, archs, cache_dir)
+            except Exception:  # (not here, or not compiling: its lab reports it)
+                continue
             cache_file = counters.cache_path(counters.baseline_key(gpu, metrics, check), cache_dir, library)
             if counters.cached(cache_file) is not None:
                 continue
