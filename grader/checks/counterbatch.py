@@ -270,8 +270,8 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
                 counters.baseline_run(sub, check, profiles)
     for key, path in kept.items():
         run = profiles.runs.get(("student", key))
-        if run is not None and not run.cached and run.values and not (run.skipped or run.error or run.hidden):
-            counters.store(path, dataclasses.replace(run, values={m: run.values[m] for m in profiles.metrics[key] if m in run.values}))
+        if run is not None and not run.cached:
+            counters.store(path, run, profiles.metrics[key])
     return graded
 
 

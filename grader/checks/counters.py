@@ -53,6 +53,11 @@ class CounterRun:
     session: int = 0  # profiled with this many cases of the student's labs in one session (0: alone)
     early: bool = False  # ... in a session started before the cases were known
 
+    @property
+    def complete(self) -> bool:
+        """Whether the run counted every kernel the launcher ran (its values can be believed)."""
+        return bool(self.values) and not (self.skipped or self.error or self.hidden)
+
 
 @dataclass(frozen=True)
 class KernelRow:
@@ -166,8 +171,8 @@ def profile(
     if failure:
         return failed_run(failure, run)
     counted = judged(metrics, kernel_rows(run.log), run.result or {}, run.log, run.seconds)
-    if counted.values and cache_file is not None:
-        store(cache_file, counted)
+    if cache_file is not None:
+        store(cache_file, counted, metrics)
     return counted
 
 
@@ -181,9 +186,12 @@ def cached(cache_file: Path) -> CounterRun | None:
     return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
 
 
-def store(cache_file: Path, run: CounterRun) -> None:
-    """Keep a trusted run's counters where ``profile`` finds them (``cache_path``)."""
-    write_private(cache_file, json.dumps({"values": dict(run.values), "kernels": list(run.kernels)}).encode())
+def store(cache_file: Path, run: CounterRun, metrics: tuple[str, ...]) -> None:
+    """Keep a complete run's counters of ``metrics`` (what ``cache_file`` is keyed on, not the
+    others a shared session collected) where ``profile`` finds them; nothing of another run."""
+    if run.complete:
+        values = {m: run.values[m] for m in metrics if m in run.values}
+        write_private(cache_file, json.dumps({"values": values, "kernels": list(run.kernels)}).encode())
 
 
 def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,

@@ -15,7 +15,6 @@ profiles it alone as before.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 import threading
@@ -65,8 +64,8 @@ def profile_baselines(specs: list[LabSpec], options: GradeOptions, progress: Pro
             settled = profile_together([p.request for p in group])
             for p in group:
                 run = settled.get((p.request.lab, p.request.key))
-                if run is not None and run.values and not (run.skipped or run.error or run.hidden):  # (as asked: the case's own metrics)
-                    counters.store(p.cache_file, dataclasses.replace(run, values={m: run.values[m] for m in p.request.metrics}))
+                if run is not None:
+                    counters.store(p.cache_file, run, p.request.metrics)
         return len(todo)
     except Exception:  # an optimisation only: each lab meets the same problem and reports it
         return 0

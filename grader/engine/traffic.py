@@ -50,7 +50,7 @@ def measured(spec: LabSpec, profiles: Profiles | None) -> dict[str, float]:
     out = {}
     for whose in ("student", *timed_kernels(spec)):
         run = profiles.runs.get((whose if whose == "student" else f"baseline {whose}", key))
-        if run is not None and run.values and not (run.skipped or run.error or run.hidden):
+        if run is not None and run.complete:
             total = sum(float(run.values.get(m, 0.0)) for m in split_metrics(METRIC))
             if total > 0:
                 out[whose] = total
