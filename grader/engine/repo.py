@@ -141,8 +141,9 @@ def grade_many(
     refused = [_unsafe(path, root, display) for _, path, display in items]
     if len(items) > 1:
         progress(f"compiling {len(items)} submissions and their baselines")
-        prebuild([item for item, why in zip(items, refused) if not why], options)
-        profile_baselines(list({spec.id: spec for (spec, _, _), why in zip(items, refused) if not why}.values()), options, progress)
+        graded = [item for item, why in zip(items, refused) if not why]
+        prebuild(graded, options)
+        profile_baselines(list({spec.id: spec for spec, _, _ in graded}.values()), options, progress)
 
     def begin(i: int, shared: tuple[ProfileBatch, SanitizerBatch] | None) -> LabGrading | LabReport:
         spec, path, display = items[i]
