@@ -96,8 +96,12 @@ class Slot:
     guard_bytes: int
 
     @property
+    def elements(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+    @property
     def body_bytes(self) -> int:
-        return (int(np.prod(self.shape)) if self.shape else 1) * self.dtype.itemsize
+        return self.elements * self.dtype.itemsize
 
     @property
     def total_bytes(self) -> int:
@@ -134,9 +138,8 @@ def filled_inputs(launcher: LauncherSpec, params: dict[str, Any], seed: int) -> 
     out = {}
     for slot in layout(launcher, params, 0):
         if isinstance(slot, Slot) and slot.role == "input":
-            size = int(np.prod(slot.shape)) if slot.shape else 1
-            block = (rng.integers(0, 100, size=min(size, FILL_BLOCK)) if slot.dtype.kind == "f" else np.zeros(1)).astype(slot.dtype)
-            out[slot.name] = np.resize(block, size).reshape(slot.shape)
+            block = (rng.integers(0, 100, size=min(slot.elements, FILL_BLOCK)) if slot.dtype.kind == "f" else np.zeros(1)).astype(slot.dtype)
+            out[slot.name] = np.resize(block, slot.elements).reshape(slot.shape)
     return out
 
 
