@@ -2,8 +2,8 @@
 seats, one by default), in a process of its own that sees only that GPU (``CUDA_VISIBLE_DEVICES``),
 holds its seat's lock while it grades, with several seats takes turns with the GPU's other lanes
 (their GPU work side by side, each timing alone: :mod:`grader.host.gputurns`) and asks the health
-gate before each timing; without a GPU, CPU lanes (threads) grade the checks that need none. A lane whose process
-dies records that student's failure and starts afresh.
+gate before each timing; without a GPU, CPU lanes (threads) grade the checks that need none. A
+lane whose process dies records that student's failure and starts afresh.
 
 A lane's process grades with what its parent resolved (``grader.isolation.inherit``): the labs folder the
 parent found (``--labs`` among them) and its run secret, handed to the process's initializer, never

@@ -59,7 +59,8 @@ def profile_baselines(specs: list[LabSpec], options: GradeOptions, progress: Pro
     try:
         todo = pending(specs, options, archs_for(options, probe), probe.gpu, cache_dir, isolation, root)
         if todo:
-            progress(f"profiling {len(todo)} baseline cases ahead, in one session per kind")
+            progress(f"profiling the baselines' {len(todo)} cases for the counter checks and rooflines "
+                     "(once per GPU and driver; kept for later grades)")
         for group in kinds(todo):
             settled = profile_together([p.request for p in group])
             for p in group:
