@@ -124,8 +124,18 @@ def test_baselines_profiled_ahead_together_count_what_each_counts_profiled_alone
         dirs = p.request.dirs
         run = counters.profile(Path(p.request.task["lib"]), p.request.task, p.request.metrics, dirs, 120, isolation, gpu=probe.gpu)
         assert run.values and not (run.error or run.skipped or run.hidden), (p.request.lab, run)
-        for metric, value in run.values.items():  # (DRAM bytes and a few bank conflicts vary a little between runs)
-            assert kept.values[metric] == pytest.approx(value, rel=0.05), (p.request.lab, metric)
+        shared = sum(v for m, v in run.values.items() if m.startswith("smsp__sass_inst_executed_op_shared_"))
+        for metric, value in run.values.items():
+            # Two figures vary between runs of the same kernel, so each is compared as the grader uses it:
+            # a reference's few bank conflicts (4,532 against 5,021 on an H100) per shared instruction, as
+            # the check scores them; DRAM writes (13.0 against 15.4 MB, what L2 still holds at the kernel's
+            # end) read and written together, as the roofline places the kernel
+            if "bank_conflicts" in metric and shared:
+                assert abs(kept.values[metric] - value) / shared <= 0.05, (p.request.lab, metric, kept.values[metric], value)
+            elif not metric.startswith("dram__bytes_"):
+                assert kept.values[metric] == pytest.approx(value, rel=0.05), (p.request.lab, metric)
+        dram = [m for m in run.values if m.startswith("dram__bytes_")]
+        assert sum(kept.values[m] for m in dram) == pytest.approx(sum(run.values[m] for m in dram), rel=0.1), p.request.lab
 
 
 @pytest.mark.gpu
