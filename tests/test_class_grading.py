@@ -131,6 +131,18 @@ def _numeric(row: dict[str, str]) -> dict[str, object]:
     return {k: value(k, v) for k, v in row.items()}
 
 
+def test_the_class_log_holds_each_student_s_steps_on_their_lane(single):
+    from grader.classroom.progress import LANES_LOG
+
+    lines = (single / LANES_LOG).read_text().splitlines()
+    assert "run started at" in lines[0]
+    steps = [ln.split(" s  ", 1)[1].split("  ", 2) for ln in lines[1:]]
+    graded = {student for lane, student, text in steps if text.startswith("[") and "/6] " in text}
+    assert graded == {"alice", "bob", "carol", "dave", "erin", "frank"}
+    assert any(student == "alice" and text.startswith("[tiled_matmul] ") for _, student, text in steps)
+    assert all(lane.startswith("cpu") for lane, _, _ in steps)
+
+
 def test_grades_csv_has_one_row_per_student_and_validates(single):
     header, rows = _rows(single)
     assert header == ["student", *LABS, "total", "max_total", "status", "problems", "commit", "not_run",

@@ -325,3 +325,64 @@ def test_progress_is_live_on_a_terminal_and_plain_lines_elsewhere():
     live.finished(StudentResult("alice", 12, 127, 1.5, (), "gpu0"))
     live.close()
     assert "[1/2] alice: 12/127" in tty.getvalue() and "ETA" in tty.getvalue()
+
+
+def test_a_student_graded_over_a_minute_gets_a_line_with_their_lane_s_last_step(monkeypatch):
+    import io
+    import time
+
+    from grader.classroom import progress
+
+    plain = io.StringIO()
+    shown = progress.Display(plain)
+    shown.lane("gpu0.1", "hang", "[tiled_matmul] correctness: 3 cases")
+    shown.lane("gpu0.1", "hang", "[tiled_matmul] sanitizer memcheck")
+    shown.lane("gpu0", "alice", "[histogram] compiling")
+    shown.lane("gpu0", "", progress.IDLE)  # alice done: her lane is no longer busy
+    later = time.monotonic() + progress.STILL_S + 1
+    assert shown.still(later) == [f"gpu0.1: still grading hang after {progress.STILL_S + 1:.0f} s; last: [tiled_matmul] sanitizer memcheck"]
+    assert shown.still(later + 1) == []  # once a minute, not at every tick
+    assert len(shown.still(later + progress.STILL_S)) == 1
+    shown.lane("gpu0.1", "zoe", "[histogram] compiling")  # the next student's minute starts afresh
+    assert shown.still(time.monotonic() + progress.STILL_S - 5) == []
+    # the plain display's ticker says it while the class runs; the live display shows the step itself
+    monkeypatch.setattr(progress, "STILL_S", 0.06)
+    shown = progress.Display(plain)
+    shown.begin(1, 0, ["gpu0"])
+    shown.lane("gpu0", "bob", "[memory_types] timing")
+    time.sleep(0.2)
+    shown.close()
+    assert "gpu0: still grading bob after 0 s; last: [memory_types] timing" in plain.getvalue()
+    assert not progress.LiveDisplay.__dict__.get("still") and progress.LiveDisplay.shows_lanes
+
+
+def test_every_lane_step_goes_to_the_class_log_with_its_seconds_and_the_log_is_capped(tmp_path, monkeypatch):
+    from grader.classroom import progress
+    from grader.classroom.student import StudentResult
+
+    log = tmp_path / progress.LANES_LOG
+    shown = progress.Display(quiet=True)
+    shown.keep_log(log)
+    shown.begin(1, 0, ["gpu0"])
+    shown.lane("gpu0", "", "timing readied in 6.4 s")
+    shown.lane("gpu0", "alice", "[tiled_matmul] profiling\x1b[31m ::error::x")
+    shown.finished(StudentResult("alice", 24, 24, 8.5, (), "gpu0"))
+    shown.close()
+    lines = log.read_text().splitlines()
+    assert lines[0].split(" s  ", 1)[1].startswith("-  -  run started at ")
+    assert [ln.split(" s  ", 1)[1] for ln in lines[1:3]] == ["gpu0  -  timing readied in 6.4 s",
+                                                             "gpu0  alice  [tiled_matmul] profiling ::error::x"]  # (controls stripped)
+    assert lines[3].endswith("[1/1] alice: 24/24 in 8.5 s on gpu0 (ETA 0 s)")
+    assert all(float(ln.split(" s  ")[0]) >= 0 for ln in lines)
+    shown.lane("gpu0", "bob", "after the close")  # nothing written once the log is closed
+    assert len(log.read_text().splitlines()) == 4
+    # a second run appends; past the limit one line says the log stops there, and it grows no more
+    monkeypatch.setattr(progress, "LOG_LIMIT_BYTES", log.stat().st_size + 300)
+    again = progress.Display(quiet=True)
+    again.keep_log(log)
+    for k in range(20):
+        again.lane("gpu0", f"s{k}", "[histogram] compiling " + "x" * 40)
+    again.end_log()
+    text = log.read_text()
+    assert text.count("run started at") == 2 and text.endswith("(the log stops here: it reached 0 MiB)\n")
+    assert len(text.encode()) <= log.stat().st_size <= progress.LOG_LIMIT_BYTES + 100

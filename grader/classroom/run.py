@@ -4,6 +4,7 @@
     OUT/grades.csv       one row per student
     OUT/summary.md       class statistics, pictures in OUT/plots/, students whose grading hit an error
     OUT/class.json       what the folder holds (labs, roster, shard, grader, options)
+    OUT/lanes.log        every lane's steps, with the seconds since the run began (appended at each run)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
 from ..labspec.version import lab_version
 from . import plan
-from .progress import Display
+from .progress import LANES_LOG, Display
 from .roster import Student
 from .scheduler import Scheduler
 from .shard import Shard
@@ -94,6 +95,7 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
     (cls.out / STUDENTS_DIR).mkdir(parents=True, exist_ok=True)
     plan.recover(cls.out)
     scratch = Path(tempfile.mkdtemp(prefix="grade-class-"))
+    display.keep_log(cls.out / LANES_LOG)
     try:
         outputs = {"gradescope_visibility": cls.visibility}
         jobs = [plan.plan_student(s, specs, options, cls.out, scratch, where, labs, outputs) for s in students]
@@ -107,6 +109,7 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
         with sandboxing.kept_out([*(s.path for s in roster), scratch]):
             graded = scheduler.run(todo, skipped=len(skipped))
     finally:
+        display.end_log()
         shutil.rmtree(scratch, ignore_errors=True)
     manifest = manifest_for(specs, roster, [s.id for s in students], cls.shard, options)
     rows = gradebook.write(cls.out, manifest)
