@@ -27,6 +27,7 @@ one GPU's run divided by the GPU count, within 10%.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader.classroom import roster  # noqa: E402
-from grader.classroom.progress import Display  # noqa: E402
+from grader.classroom.progress import LANES_LOG, Display  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
 from grader.course.validate import load_solutions  # noqa: E402
 from grader.engine.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
@@ -272,13 +273,34 @@ def print_serial(out: Path, gpus: int) -> None:
               f"{(profiler + timing) / max(1, gpus):.0f} s on {max(1, gpus)} GPU(s)")
 
 
+def slowest(log: Path, count: int = 3) -> list[str]:
+    """From the class's lanes.log: the ``count`` students longest on their lane (or still on it),
+    each with its longest pause between two steps and the step before it: where the time went."""
+    steps: dict[str, list[tuple[float, str]]] = {}
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else ():
+        parts = line.split(" s  ", 1)
+        fields = parts[1].split("  ", 2) if len(parts) == 2 else []
+        if len(fields) == 3 and fields[1] != "-":
+            with contextlib.suppress(ValueError):
+                steps.setdefault(fields[1], []).append((float(parts[0]), fields[2]))
+    spans = sorted(((s[-1][0] - s[0][0], student, s) for student, s in steps.items()), reverse=True)[:count]
+    out = []
+    for span, student, s in spans:
+        gap, after = max(((b[0] - a[0], a[1]) for a, b in zip(s, s[1:])), default=(0.0, ""))
+        out.append(f"{student} {span:.1f} s on its lane; longest pause {gap:.1f} s, after \"{after[:100]}\"")
+    return out
+
+
 def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1) -> None:
-    """The run's figures besides its wall time: the GPU's (busy, health gate, serial work) and the stages'."""
+    """The run's figures besides its wall time: the GPU's (busy, health gate, serial work), the
+    stages', and the slowest students."""
     if on_gpu:
         print_busy(sampler)
         print_gate_waits(out)
         print_serial(out, gpus)
     print_stages(out)
+    for line in slowest(out / LANES_LOG):
+        print(f"slowest: {line}")
 
 
 def main() -> int:

@@ -329,7 +329,6 @@ def test_progress_is_live_on_a_terminal_and_plain_lines_elsewhere():
 
 def test_a_student_graded_over_a_minute_gets_a_line_with_their_lane_s_last_step(monkeypatch):
     import io
-    import time
 
     from grader.classroom import progress
 
@@ -386,3 +385,31 @@ def test_every_lane_step_goes_to_the_class_log_with_its_seconds_and_the_log_is_c
     text = log.read_text()
     assert text.count("run started at") == 2 and text.endswith("(the log stops here: it reached 0 MiB)\n")
     assert len(text.encode()) <= log.stat().st_size <= progress.LOG_LIMIT_BYTES + 100
+
+
+def test_the_class_benchmark_names_the_slowest_students_and_where_their_time_went(tmp_path):
+    """From a class log as the display writes it: each slow student's span on its lane and its
+    longest pause, with the step it followed (the log's own lines, not a student's, are skipped)."""
+    import importlib.util
+
+    from grader.classroom import progress
+    from grader.classroom.student import StudentResult
+
+    spec = importlib.util.spec_from_file_location("grade_class_speed", Path(__file__).resolve().parent.parent / "benchmarks" / "grade_class_speed.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    log = tmp_path / progress.LANES_LOG
+    shown = progress.Display(quiet=True)
+    shown.keep_log(log)
+    shown.lane("gpu0", "", "timing readied in 6.4 s")
+    shown.lane("gpu0", "alice", "[tiled_matmul] compiling")
+    shown.lane("gpu0.1", "hang", "[tiled_matmul] sanitizer memcheck")
+    time.sleep(0.3)
+    shown.lane("gpu0.1", "hang", "[tiled_matmul] sanitizer racecheck")
+    shown.finished(StudentResult("alice", 1, 1, 0.1, (), "gpu0"))
+    shown.end_log()
+    first, second = bench.slowest(log)
+    assert first.startswith("hang 0.") and 'longest pause 0.3 s, after "[tiled_matmul] sanitizer memcheck"' in first, first
+    assert second.startswith("alice ") and "[tiled_matmul] compiling" in second
+    assert bench.slowest(tmp_path / "none.log") == []
