@@ -100,3 +100,30 @@ def test_a_baseline_that_cannot_be_built_leaves_the_others_to_be_profiled_ahead(
     monkeypatch.setattr(baselines, "baseline_library", built)
     assert baselines.profile_baselines([find_lab("corner_turning")], options) == 2
     assert sorted(r.lab.split()[1] for s in sessions for r in s) == ["reference", "reference"]
+
+
+def test_two_gradings_starting_together_on_one_gpu_profile_the_baselines_once(fake_gpu, monkeypatch, tmp_path):
+    """Two seats of a GPU start their first students at once on an empty cache: the second waits
+    under the GPU's baselines lock and finds every case made by the first."""
+    import threading
+    import time
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))  # (this test's own lock folder)
+    monkeypatch.delenv("GRADER_LOCK_DIR", raising=False)
+    options, sessions, _ = fake_gpu
+    real = baselines.profile_together
+
+    def slow(requests):
+        time.sleep(0.3)  # a session takes a while: the other grading arrives meanwhile
+        return real(requests)
+
+    monkeypatch.setattr(baselines, "profile_together", slow)
+    spec = find_lab("corner_turning")
+    counts: list[int] = []
+    seats = [threading.Thread(target=lambda: counts.append(baselines.profile_baselines([spec], options))) for _ in range(2)]
+    for seat in seats:
+        seat.start()
+    for seat in seats:
+        seat.join(30)
+    assert sorted(counts) == [0, 4] and len(sessions) == 2
+    assert (tmp_path / "home-cache" / "cuda-lab-grader" / "locks").is_dir()

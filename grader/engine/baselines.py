@@ -10,7 +10,9 @@ per kind of case (the worker runs them in turn between markers, as a student's s
 into that same cache. Cases whose metrics need SASS instrumentation (``smsp__sass_*``), which
 slows every kernel of its session, are kept apart from those that need none (the timed case's
 DRAM bytes, on the largest inputs). A case a session does not settle is left to its lab, which
-profiles it alone as before.
+profiles it alone as before. The GPU's lanes (``grade-class --per-gpu``) start their first
+students together: one makes the profiles under the GPU's baselines lock, and the others, waiting
+for it, find them made.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from ..checks.correctness import case_tool_task
 from ..checks.counterbatch import Request, profile_together
 from ..host import toolchain
 from ..host.gpu import GpuInfo
+from ..host.gpulock import lock_folder
+from ..host.hostlock import hold
 from ..isolation.build import baseline_library
 from ..isolation.launch import Isolation, RunDirs
 from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for
@@ -37,6 +41,10 @@ from .plan import runnable
 
 #: Metrics counted by instrumenting the kernel's code rather than by the hardware's counters.
 INSTRUMENTED = "smsp__sass_"
+#: The lock, in the GPU's lock place, of the baselines profiled ahead on it.
+LOCK = "grader-baselines.lock"
+#: The longest a grading waits for another to profile the baselines (then its labs profile what they need).
+LOCK_WAIT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -57,17 +65,19 @@ def profile_baselines(specs: list[LabSpec], options: GradeOptions, progress: Pro
     isolation = Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options))
     root = Path(tempfile.mkdtemp(prefix="grade-baselines-"))
     try:
-        todo = pending(specs, options, archs_for(options, probe), probe.gpu, cache_dir, isolation, root)
-        if todo:
-            progress(f"profiling the baselines' {len(todo)} cases for the counter checks and rooflines "
-                     "(once per GPU and driver; kept for later grades)")
-        for group in kinds(todo):
-            settled = profile_together([p.request for p in group])
-            for p in group:
-                run = settled.get((p.request.lab, p.request.key))
-                if run is not None:
-                    counters.store(p.cache_file, run, p.request.metrics)
-        return len(todo)
+        # (what another grading profiled while this one waited is cached by now: only the rest is pending)
+        with hold(lock_folder(probe.gpu), LOCK, "the baselines' lock", "profiling the baselines ahead", LOCK_WAIT_S):
+            todo = pending(specs, options, archs_for(options, probe), probe.gpu, cache_dir, isolation, root)
+            if todo:
+                progress(f"profiling the baselines' {len(todo)} cases for the counter checks and rooflines "
+                         "(once per GPU and driver; kept for later grades)")
+            for group in kinds(todo):
+                settled = profile_together([p.request for p in group])
+                for p in group:
+                    run = settled.get((p.request.lab, p.request.key))
+                    if run is not None:
+                        counters.store(p.cache_file, run, p.request.metrics)
+            return len(todo)
     except Exception:  # an optimisation only: each lab meets the same problem and reports it
         return 0
     finally:

@@ -6,7 +6,8 @@ the user's own, or the administrator's ``GRADER_LOCK_DIR``). A lane holds the GP
 GPU (two class runs, two shards on one node); a class grading several students at once on each
 GPU holds one lock per seat, and their GPU work takes turns with each timing
 (:mod:`grader.host.gputurns`). The profiling lock of every profiler run (``profiling_lock``,
-``grader-ncu.lock``) is in the same place, so profilers on different GPUs run side by side.
+``grader-ncu.lock``) is in the same place, so profilers on different GPUs run side by side, and
+so is the lock of the baselines profiled ahead (``grader.engine.baselines``).
 A wait is bounded (``GPU_WAIT_S``) and its error names the grader that held the lock.
 """
 
