@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -390,15 +391,11 @@ def test_every_lane_step_goes_to_the_class_log_with_its_seconds_and_the_log_is_c
 def test_the_class_benchmark_names_the_slowest_students_and_where_their_time_went(tmp_path):
     """From a class log as the display writes it: each slow student's span on its lane and its
     longest pause, with the step it followed (the log's own lines, not a student's, are skipped)."""
-    import importlib.util
 
     from grader.classroom import progress
     from grader.classroom.student import StudentResult
 
-    spec = importlib.util.spec_from_file_location("grade_class_speed", Path(__file__).resolve().parent.parent / "benchmarks" / "grade_class_speed.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _class_benchmark()
     log = tmp_path / progress.LANES_LOG
     shown = progress.Display(quiet=True)
     shown.keep_log(log)
@@ -413,3 +410,36 @@ def test_the_class_benchmark_names_the_slowest_students_and_where_their_time_wen
     assert first.startswith("hang 0.") and 'longest pause 0.3 s, after "[tiled_matmul] sanitizer memcheck"' in first, first
     assert second.startswith("alice ") and "[tiled_matmul] compiling" in second
     assert bench.slowest(tmp_path / "none.log") == []
+
+
+def _class_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("grade_class_speed", Path(__file__).resolve().parent.parent / "benchmarks" / "grade_class_speed.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_class_benchmark_s_serial_bound_counts_the_profiler_run_not_its_waits(tmp_path, capsys):
+    """A student's profiler seconds are their session's own (the counter checks' figure, the same
+    for every lab of the session), not the counters stage, which with seats includes the waits."""
+    bench = _class_benchmark()
+
+    def lab(stage: dict, *seconds: float) -> dict:
+        return {"stage_seconds": stage, "checks": [{"id": f"c{k}", "measured": {"profile_seconds": s}} for k, s in enumerate(seconds)]}
+
+    students = {
+        "alice": [lab({"counters": 11.5, "speed.open": 0.5, "speed.sampling": 0.4, "speed.close": 0.1}, 3.25, 3.25),
+                  lab({"counters": 11.5, "speed.open": 0.3, "speed.sampling": 0.6}, 3.25)],
+        "bob": [lab({"counters": 2.75, "speed.open": 0.2, "speed.sampling": 0.3})],  # no counter check: the stage
+    }
+    for sid, labs in students.items():
+        folder = tmp_path / "students" / sid
+        folder.mkdir(parents=True)
+        (folder / "report.json").write_text(json.dumps({"labs": labs}))
+    bench.print_serial(tmp_path, 1)
+    # profiler (3.25 + 2.75) / 2; timing (0.5 + 0.4 + 0.1 + 0.6 + 0.2 + 0.3) / 2; at least their sum
+    assert capsys.readouterr().out.strip() == ("one student at a time per GPU: profiler 3.00 s and timing 1.05 s per student; "
+                                               "the class cannot take less than 8 s on 1 GPU(s)")
