@@ -183,3 +183,26 @@ def test_a_repository_times_its_labs_in_one_turn_of_its_own_once_their_tool_runs
     finally:
         gputurns.use(None)
     assert seen == ["tools of a lab, inside a timing: False"] * 2 + ["timed 2 labs, inside a timing: True"]
+
+
+def test_a_long_wait_for_a_turn_is_told_to_the_student_s_progress(tmp_path, monkeypatch):
+    """What a lane tells (``tell``) hears every ``NOTE_S`` of a wait: a seat held back by another's
+    timing says so in the class's log, not nothing."""
+    monkeypatch.setattr(gputurns, "NOTE_S", 0.2)
+    timed = tmp_path / "timed"
+    timer = _start(tmp_path, "timing", 1.5, timed)
+    _when_started(timed)
+    heard: list[str] = []
+    gputurns.use(gputurns.Turns(lock_place("GPU-test", tmp_path)))
+    try:
+        gputurns.tell(heard.append)
+        with gputurns.step():
+            pass
+        gputurns.tell(None)
+        with gputurns.step():  # nobody told: nothing heard
+            pass
+    finally:
+        gputurns.use(None)
+    assert timer.wait(30) == 0
+    assert len(heard) >= 3 and all(h.endswith(" s for a timing to end on this GPU") and h.startswith("waiting ") for h in heard), heard
+    gputurns.tell(print)  # without turns configured: nothing to tell

@@ -105,8 +105,10 @@ def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> Stud
         with gpulock.gpu_lock(_LANE["folder"], what=f"grading {sid}", notify=progress, seat=_LANE["seat"]) as waited:
             if waited > 1:
                 progress(f"waited {waited:.0f} s for another grader on this GPU")
+            gputurns.tell(progress)  # (a long wait for the GPU's turn shows in the class's log)
             return grade_student(job, options, progress, _LANE["gate"], visibility, _LANE["name"])
     finally:
+        gputurns.tell(None)
         sent = threading.Event()
         outbox.put(sent)
         sent.wait(FLUSH_S)  # the student's last lines reach the display before its result

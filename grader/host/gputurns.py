@@ -11,7 +11,9 @@ the timing first:
 - a **timing** holds the turnstile, so that no new step starts anywhere, then takes the work lock
   alone once every step in flight has ended. The process that times passes its own steps.
 
-``flock`` has no timeout: the waits poll, and are bounded (:class:`~grader.host.hostlock.LockTimeout`).
+``flock`` has no timeout: the waits poll, and are bounded (:class:`~grader.host.hostlock.LockTimeout`);
+a wait over ``NOTE_S`` is told, every ``NOTE_S``, to whoever the lane named (:func:`tell`: the
+student's progress, which the class's ``lanes.log`` keeps).
 A step's own time limit starts after its wait, so another student's timing never counts against a
 verdict. Outside a class lane nothing is configured (:func:`use`) and both are no-ops.
 
@@ -32,13 +34,15 @@ from typing import Callable, Iterator
 
 from .hostlock import LockPlace, LockTimeout, open_lock_file
 
-__all__ = ["TURNSTILE", "WORK", "Turns", "active", "step", "timing", "use"]
+__all__ = ["TURNSTILE", "WORK", "Turns", "active", "step", "tell", "timing", "use"]
 
 TURNSTILE = "grader-gpu-turnstile.lock"
 WORK = "grader-gpu-work.lock"
 #: The longest a step or a timing waits for its turn.
 WAIT_S = 3600.0
 POLL_S = (0.002, 0.02)  # the first pause between tries, and the longest
+#: How often a long wait for a turn is told.
+NOTE_S = 10.0
 
 
 class Turns:
@@ -51,12 +55,14 @@ class Turns:
         self._shared: int | None = None  # the work lock, held shared while there are some
         self._timing = False
         self._local = threading.local()  # each thread's depth of steps (a step within a step waits for nothing)
+        self.notify: Callable[[str], None] | None = None  # hears of long waits
 
     def _take(self, name: str, how: int, why: str, unless: Callable[[], bool] = lambda: False) -> int | None:
         """The lock file ``name`` opened and locked ``how`` (polling, bounded): its descriptor; None
         once ``unless()`` holds."""
         fd = open_lock_file(self.place, name)
         started, pause = time.monotonic(), POLL_S[0]
+        noted = started
         while True:
             try:
                 fcntl.flock(fd, how | fcntl.LOCK_NB)
@@ -69,7 +75,11 @@ class Turns:
             if unless():
                 os.close(fd)
                 return None
-            if time.monotonic() - started >= self.wait_s:
+            now = time.monotonic()
+            if self.notify is not None and now - noted >= NOTE_S:
+                noted = now
+                self.notify(f"waiting {now - started:.0f} s for {why} on this GPU")
+            if now - started >= self.wait_s:
                 os.close(fd)
                 raise LockTimeout(f"waited {self.wait_s:.0f} s for {why} on this GPU and gave up: a step of GPU work "
                                   "or a timing did not end; stop the grader that holds it", path=self.place.path(name))
@@ -134,6 +144,12 @@ def use(turns: Turns | None) -> None:
     """Make ``turns`` this process's (a class lane's GPU), or none."""
     global _CURRENT
     _CURRENT = turns
+
+
+def tell(notify: Callable[[str], None] | None) -> None:
+    """Who hears of this process's long waits for a turn (the student a lane grades), or nobody."""
+    if _CURRENT is not None:
+        _CURRENT.notify = notify
 
 
 def active() -> bool:
