@@ -43,8 +43,9 @@ from .plan import runnable
 INSTRUMENTED = "smsp__sass_"
 #: The lock, in the GPU's lock place, of the baselines profiled ahead on it.
 LOCK = "grader-baselines.lock"
-#: The longest a grading waits for another to profile the baselines (then its labs profile what they need).
-LOCK_WAIT_S = 600.0
+#: The longest a grading waits for another to profile the baselines (then its labs profile what they
+#: need): a dozen cases take 5-10 s on an H100, and a stuck holder must not hold up every student for long.
+LOCK_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
