@@ -56,9 +56,10 @@ class Display:
             if self._log is None or self._logged > LOG_LIMIT_BYTES:
                 return
             line = clean_line(f"{time.monotonic() - self._log_started:9.1f} s  {lane or '-'}  {student or '-'}  {text}")[:400] + "\n"
-            if self._logged + len(line) > LOG_LIMIT_BYTES:
+            full = self._logged + len(line) > LOG_LIMIT_BYTES
+            if full:
                 line = f"(the log stops here: it reached {LOG_LIMIT_BYTES >> 20} MiB)\n"
-            self._logged += len(line)
+            self._logged = LOG_LIMIT_BYTES + 1 if full else self._logged + len(line)  # (that line once)
             self._log.write(line)
             self._log.flush()
 
