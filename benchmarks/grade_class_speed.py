@@ -27,7 +27,6 @@ one GPU's run divided by the GPU count, within 10%.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -44,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader.classroom import roster  # noqa: E402
-from grader.classroom.progress import LANES_LOG, Display  # noqa: E402
+from grader.classroom.progress import LANES_LOG, Display, read_log  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
 from grader.course.validate import load_solutions  # noqa: E402
 from grader.engine.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
@@ -282,12 +281,9 @@ def slowest(log: Path, count: int = 3) -> list[str]:
     """From the class's lanes.log: the ``count`` students longest on their lane (or still on it),
     each with its longest pause between two steps and the step before it: where the time went."""
     steps: dict[str, list[tuple[float, str]]] = {}
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if log.is_file() else ():
-        parts = line.split(" s  ", 1)
-        fields = parts[1].split("  ", 2) if len(parts) == 2 else []
-        if len(fields) == 3 and fields[1] != "-":
-            with contextlib.suppress(ValueError):
-                steps.setdefault(fields[1], []).append((float(parts[0]), fields[2]))
+    for seconds, _, student, text in read_log(log):
+        if student != "-":
+            steps.setdefault(student, []).append((seconds, text))
     spans = sorted(((s[-1][0] - s[0][0], student, s) for student, s in steps.items()), reverse=True)[:count]
     out = []
     for span, student, s in spans:

@@ -132,11 +132,11 @@ def _numeric(row: dict[str, str]) -> dict[str, object]:
 
 
 def test_the_class_log_holds_each_student_s_steps_on_their_lane(single):
-    from grader.classroom.progress import LANES_LOG
+    from grader.classroom.progress import LANES_LOG, read_log
 
-    lines = (single / LANES_LOG).read_text().splitlines()
-    assert "run started at" in lines[0]
-    steps = [ln.split(" s  ", 1)[1].split("  ", 2) for ln in lines[1:]]
+    logged = read_log(single / LANES_LOG)
+    assert logged[0][1:3] == ("-", "-") and logged[0][3].startswith("run started at")
+    steps = [(lane, student, text) for _, lane, student, text in logged[1:]]
     graded = {student for lane, student, text in steps if text.startswith("[") and "/6] " in text}
     assert graded == {"alice", "bob", "carol", "dave", "erin", "frank"}
     assert any(student == "alice" and text.startswith("[tiled_matmul] ") for _, student, text in steps)

@@ -386,6 +386,7 @@ def test_every_lane_step_goes_to_the_class_log_with_its_seconds_and_the_log_is_c
     text = log.read_text()
     assert text.count("run started at") == 2 and text.endswith("(the log stops here: it reached 0 MiB)\n")
     assert text.count("(the log stops here") == 1
+    assert len(progress.read_log(log)) == len(text.splitlines()) - 1  # (every line read back but that one)
     assert len(text.encode()) <= log.stat().st_size <= progress.LOG_LIMIT_BYTES + 100
 
 

@@ -21,10 +21,27 @@ from .student import StudentResult
 IDLE = "idle"
 #: The class folder's log of every lane's steps.
 LANES_LOG = "lanes.log"
+#: Between a log line's seconds and the rest (lane, student, step: two spaces apart).
+LOG_SEP = " s  "
 #: The log stops growing past this size (a line says so).
 LOG_LIMIT_BYTES = 32 << 20
 #: A student graded longer than this gets a line on the plain display, and again as often.
 STILL_S = 60.0
+
+
+def read_log(path: Path) -> list[tuple[float, str, str, str]]:
+    """The steps ``Display.keep_log`` wrote to ``path``: (seconds, lane, student, step), "-" for
+    none; its other lines (where it stops) skipped, and nothing where there is no log."""
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else ():
+        seconds, _, rest = line.partition(LOG_SEP)
+        fields = rest.split("  ", 2)
+        try:
+            if len(fields) == 3:
+                out.append((float(seconds), fields[0], fields[1], fields[2]))
+        except ValueError:
+            pass
+    return out
 
 
 class Display:
@@ -55,7 +72,7 @@ class Display:
         with self._lock:
             if self._log is None or self._logged > LOG_LIMIT_BYTES:
                 return
-            line = clean_line(f"{time.monotonic() - self._log_started:9.1f} s  {lane or '-'}  {student or '-'}  {text}")[:400] + "\n"
+            line = clean_line(f"{time.monotonic() - self._log_started:9.1f}{LOG_SEP}{lane or '-'}  {student or '-'}  {text}")[:400] + "\n"
             full = self._logged + len(line) > LOG_LIMIT_BYTES
             if full:
                 line = f"(the log stops here: it reached {LOG_LIMIT_BYTES >> 20} MiB)\n"
