@@ -29,7 +29,7 @@ from ..checks.correctness import case_tool_task
 from ..checks.counterbatch import Request, profile_together
 from ..host import toolchain
 from ..host.gpu import GpuInfo
-from ..host.gpulock import lock_folder
+from ..host.gpulock import BASELINES_LOCK, lock_folder
 from ..host.hostlock import hold
 from ..isolation.build import baseline_library
 from ..isolation.launch import Isolation, RunDirs
@@ -41,8 +41,6 @@ from .plan import runnable
 
 #: Metrics counted by instrumenting the kernel's code rather than by the hardware's counters.
 INSTRUMENTED = "smsp__sass_"
-#: The lock, in the GPU's lock place, of the baselines profiled ahead on it.
-LOCK = "grader-baselines.lock"
 #: The longest a grading waits for another to profile the baselines (then its labs profile what they
 #: need): a dozen cases take 5-10 s on an H100, and a stuck holder must not hold up every student for long.
 LOCK_WAIT_S = 120.0
@@ -67,7 +65,7 @@ def profile_baselines(specs: list[LabSpec], options: GradeOptions, progress: Pro
     root = Path(tempfile.mkdtemp(prefix="grade-baselines-"))
     try:
         # (what another grading profiled while this one waited is cached by now: only the rest is pending)
-        with hold(lock_folder(probe.gpu), LOCK, "the baselines' lock", "profiling the baselines ahead", LOCK_WAIT_S):
+        with hold(lock_folder(probe.gpu), BASELINES_LOCK, "the baselines' lock", "profiling the baselines ahead", LOCK_WAIT_S):
             todo = pending(specs, options, archs_for(options, probe), probe.gpu, cache_dir, isolation, root)
             if todo:
                 progress(f"profiling the baselines' {len(todo)} cases for the counter checks and rooflines "

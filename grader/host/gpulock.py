@@ -20,10 +20,12 @@ from typing import Callable, Iterator
 from .gpu import GpuInfo, key_of
 from .hostlock import LockPlace, hold, lock_place
 
-__all__ = ["GPU_WAIT_S", "LOCK_NAME", "PROFILER_LOCK", "gpu_folder", "gpu_lock", "lock_folder", "profiling_lock", "seat_lock"]
+__all__ = ["BASELINES_LOCK", "GPU_WAIT_S", "LOCK_NAME", "PROFILER_LOCK", "gpu_folder", "gpu_lock", "lock_folder", "profiling_lock", "seat_lock"]
 
 LOCK_NAME = "grader-gpu.lock"
 PROFILER_LOCK = "grader-ncu.lock"
+#: Held while the baselines' cases are profiled ahead (``grader.engine.baselines``).
+BASELINES_LOCK = "grader-baselines.lock"
 #: The longest a lane waits for another grader to finish with its GPU.
 GPU_WAIT_S = 3600.0
 
