@@ -85,6 +85,34 @@ def test_a_timing_waits_for_the_steps_in_flight_and_holds_back_new_ones(tmp_path
     assert _span(later)[0] >= _span(timed)[1], "a step asked for during the wait ran only after the timing"
 
 
+def test_a_step_that_waits_for_another_step_of_its_process_is_not_held_behind_a_timing(tmp_path):
+    """A student's shared sanitizer run (a step) ends once a hung lab's case has been run again (a
+    second step of the same process). Another seat's timing that took the turnstile meanwhile
+    waits for the sanitizer run: the second step must start, or neither ever ends (a class of 12
+    with two seats stalled so on an H100)."""
+    turns = gputurns.Turns(lock_place("GPU-test", tmp_path), wait_s=20)
+    rerun_ended, first_ended = threading.Event(), []
+
+    def sanitizer_run() -> None:
+        with turns.step():
+            rerun_ended.wait(15)
+            first_ended.append(time.time())
+
+    first = threading.Thread(target=sanitizer_run)
+    first.start()
+    time.sleep(0.2)
+    timed = tmp_path / "timed"
+    timer = _start(tmp_path, "timing", 0.1, timed)
+    _until_turnstile_held(tmp_path)  # the other seat's timing waits for the sanitizer run
+    began = time.monotonic()
+    with turns.step():  # the rerun of the hung case
+        rerun_ended.set()
+    assert time.monotonic() - began < 5, "the rerun waited behind the timing that waited for it"
+    first.join(20)
+    assert timer.wait(30) == 0
+    assert _span(timed)[0] >= first_ended[0], "the timing still began only once every step had ended"
+
+
 def test_the_timing_process_passes_its_own_steps_and_waits_for_its_own_steps_in_flight(tmp_path):
     turns = gputurns.Turns(lock_place("GPU-test", tmp_path))
     ended: list[float] = []

@@ -7,9 +7,17 @@ student's labs opened and timed) has it alone. Two lock files per GPU, in the GP
 the timing first:
 
 - a **step** of GPU work passes the turnstile (taken and let go at once) and holds the work lock
-  shared for as long as it runs;
-- a **timing** holds the turnstile, so that no new step starts anywhere, then takes the work lock
+  shared for as long as it runs; a process that holds it already (a step of its own in flight)
+  starts more steps at once, without the turnstile;
+- a **timing** holds the turnstile, so that no new process's step starts, then takes the work lock
   alone once every step in flight has ended. The process that times passes its own steps.
+
+A process's steps may wait for one another: a shared sanitizer run of a student's labs is
+stopped once a lab's hung case has been run again, and that run is a step. Held at the
+turnstile behind a timing that waits for the sanitizer run, it would never start, and the timing
+and every step on the GPU would wait for ever (a class of 12 with two seats stalled so on an
+H100). So a timing waits until each other process has no step left, which it reaches before its
+own timing at the latest.
 
 ``flock`` has no timeout: the waits poll, and are bounded (:class:`~grader.host.hostlock.LockTimeout`);
 a wait over ``NOTE_S`` is told, every ``NOTE_S``, to whoever the lane named (:func:`tell`: the
@@ -91,10 +99,11 @@ class Turns:
         """Hold the GPU for a step of work, beside other steps; never beside another's timing."""
         depth = getattr(self._local, "depth", 0)
         # this process times (its own steps are part of it: a worker of the last student ending,
-        # which the timing waits for), or a step within a step
+        # which the timing waits for), or a step within a step; with steps of its own in flight,
+        # the process holds the work lock already and goes on beside them
         turnstile = None if self._timing or depth else self._take(TURNSTILE, fcntl.LOCK_EX, "a timing to end",
-                                                                  unless=lambda: self._timing)
-        if turnstile is None:
+                                                                  unless=lambda: self._timing or self._steps > 0)
+        if turnstile is None and (self._timing or depth):
             self._local.depth = depth + 1
             try:
                 yield
@@ -103,11 +112,12 @@ class Turns:
             return
         try:
             with self._mutex:
-                if self._steps == 0:  # no timing holds the work lock: this process holds the turnstile
-                    self._shared = self._take(WORK, fcntl.LOCK_SH, "a timing to end")  # at once
+                if self._steps == 0:  # no timing holds the work lock where this process holds the turnstile
+                    self._shared = self._take(WORK, fcntl.LOCK_SH, "a timing to end")  # (at once then)
                 self._steps += 1
         finally:
-            os.close(turnstile)
+            if turnstile is not None:
+                os.close(turnstile)
         self._local.depth = 1
         try:
             yield
