@@ -3,6 +3,7 @@ GPU, its temporary folder), progress through the queue, and a lane process that 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -130,6 +131,46 @@ def test_a_rehearsal_that_takes_its_lane_process_down_costs_the_first_student_no
         assert lane.pool is not first and lane.rehearsal is None
         assert result.student == "alice" and not result.problems and result.score == 2
         lane.close()
+    finally:
+        manager.shutdown()
+
+
+def _stuck_grading() -> int:
+    """In a lane's process: what a grading stuck on the GPU leaves (a tool run in a session of its
+    own, and a thread that will not end, as one waiting for a sanitizer run of a hung kernel)."""
+    import subprocess
+    import threading
+    import time
+
+    child = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    threading.Thread(target=time.sleep, args=(600,), name="stuck").start()
+    return child.pid
+
+
+def test_an_interrupted_lane_ends_within_its_grace_with_everything_it_started(tmp_path):
+    """A class stopped (Ctrl-C, or SIGTERM from a job's time limit) must end: a lane whose process
+    does not leave on the stop is killed with what it started, not waited for (an interrupted run
+    with two seats on an H100 never exited)."""
+    import multiprocessing
+    import time
+
+    import psutil
+
+    from grader.classroom.lanes import STOP_GRACE_S, GpuLane
+
+    manager = multiprocessing.get_context("spawn").Manager()
+    try:
+        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
+        child = lane.pool.submit(_stuck_grading).result(timeout=120)
+        [proc] = lane._processes()
+        began = time.monotonic()
+        lane.interrupt()
+        lane.close(wait=False)
+        took = time.monotonic() - began
+        assert not proc.is_alive(), "the lane's process outlived the close"
+        assert took < STOP_GRACE_S + 5
+        with contextlib.suppress(psutil.Error):
+            assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE, "what the lane started outlived it"
     finally:
         manager.shutdown()
 

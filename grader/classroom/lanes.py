@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import queue as queues
 import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
@@ -24,6 +25,7 @@ from typing import Any, Callable
 from ..engine.rehearsal import rehearse_timings
 from ..host import gpulock, gputurns, health
 from ..host.gpus import GpuSlot
+from ..host.procgroup import kill_tree
 from ..isolation import inherit
 from ..isolation.options import GradeOptions
 from ..labspec.labs import find_lab
@@ -33,6 +35,8 @@ from .student import StudentResult, grade_student
 
 #: How long a lane waits for its student's progress to be sent on before returning the result.
 FLUSH_S = 5.0
+#: How long an interrupted lane's process has to end before it is killed.
+STOP_GRACE_S = 3.0
 #: Where lane processes send progress: (lane, student, message).
 Events = Callable[[str, str, str], None]
 
@@ -42,6 +46,9 @@ class Lane:
 
     def run(self, job: StudentJob) -> StudentResult:
         raise NotImplementedError
+
+    def interrupt(self) -> None:
+        """Ask the lane to stop at once (the run was interrupted); :meth:`close` then ends it."""
 
     def close(self, wait: bool = True) -> None:
         pass
@@ -143,6 +150,7 @@ class GpuLane(Lane):
         self.health_wait_s, self.seat, self.per_gpu, self.root = health_wait_s, seat, per_gpu, os.getpid()
         self.inherited = inherited or inherit.capture()  # in this (the parent's) process
         self.name = lane_name(slot, seat)
+        self._stopped: float | None = None  # when the lane was interrupted
         self.pool = self._start()
         # the lane's process starts now and readies its GPU while the first student is compiled
         self.rehearsal: Future[None] | None = self.pool.submit(_lane_rehearse, labs, options) if labs else None
@@ -178,9 +186,27 @@ class GpuLane(Lane):
         self.pool = self._start()
         return grade_student(dataclasses.replace(job, failure=why), self.options, visibility=self.visibility, lane=self.name)
 
+    def _processes(self) -> list[Any]:
+        return list(getattr(self.pool, "_processes", {}).values())
+
+    def interrupt(self) -> None:
+        """Send the lane's process the stop (SIGTERM: it publishes nothing more)."""
+        self._stopped = time.monotonic()
+        for proc in self._processes():
+            proc.terminate()
+
     def close(self, wait: bool = True) -> None:
-        """Stop the lane's process: after its student (``wait``), or at once (the run was interrupted)."""
-        if not wait:
-            for proc in list(getattr(self.pool, "_processes", {}).values()):
-                proc.terminate()
-        self.pool.shutdown(wait=wait, cancel_futures=True)
+        """Stop the lane's process: after its student (``wait``), or at once (the run was interrupted:
+        :meth:`interrupt` first). A process not gone within ``STOP_GRACE_S`` of the stop is killed
+        with everything below it: a student's grading can be waiting for a turn on the GPU, or for
+        a sanitizer run of a hung kernel, and an interrupted run must end, not wait for them."""
+        if wait:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            return
+        procs = self._processes()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        deadline = (self._stopped or time.monotonic()) + STOP_GRACE_S
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                kill_tree(proc.pid)

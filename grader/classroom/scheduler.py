@@ -132,6 +132,9 @@ class Scheduler:
         finally:
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
+            if not finished:
+                for lane in lanes:  # every lane told at once, then each given what is left of the grace
+                    lane.interrupt()
             for lane in lanes:
                 lane.close(wait=finished)
             drained.set()

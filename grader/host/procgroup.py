@@ -165,6 +165,26 @@ def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
     return True
 
 
+def kill_tree(pid: int, settle_s: float = SETTLE_S) -> bool:
+    """SIGKILL process ``pid`` and every process below it (those in sessions of their own and
+    those stopped included), then wait up to ``settle_s`` for them all to be gone. Returns False
+    when one outlived ``settle_s``."""
+    try:
+        root = psutil.Process(pid)
+        doomed = [root, *root.children(recursive=True)]  # listed before any dies: orphans leave the tree
+    except psutil.Error:
+        return True
+    for proc in doomed:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    deadline = time.monotonic() + settle_s
+    while any(_alive(proc) for proc in doomed):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def drain(fd: int, sink: CappedOutput) -> bool:
     """Read what is there; False at end of file."""
     try:
