@@ -4,8 +4,10 @@
 
 The repository is assembled from each lab's reference (or stub). Cold: an empty build cache
 (nvcc for the submissions and baselines, the baselines' counters). Warm: the same repository
-again. Target: a warm grade of all five labs <= 20 s on an H100. Prints the wall time of each
-run, then per lab: score, stage seconds, timed medians and the counter and sanitizer figures.
+again (its profiled cases kept from the first grade). Edited: one lab's file changed in its
+compiled code, as a student's next try is (that lab compiled and profiled again). Targets on an
+H100: cold <= 30 s, warm <= 5 s. Prints the wall time of each run, then per lab: score, stage
+seconds, timed medians and the counter and sanitizer figures.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from grader.engine.repo import grade_repo, submission_path  # noqa: E402
 from grader.isolation.options import GradeOptions  # noqa: E402
 from grader.labspec.labs import find_lab, lab_ids  # noqa: E402
 from grader.outcome import Stage  # noqa: E402
+
+EDITED = "tiled_matmul"  # the lab whose file the edited run changes
 
 
 def main() -> int:
@@ -48,13 +52,20 @@ def main() -> int:
         t0 = time.monotonic()
         reports = grade_repo(repo, options)
         runs.append(("cold" if i == 0 else f"warm{i}", time.monotonic() - t0, reports))
+    edited = submission_path(repo, EDITED)
+    edited.write_text(edited.read_text() + "\n__device__ int one_more_try;  // a new symbol: new compiled code\n")
+    t0 = time.monotonic()
+    reports = grade_repo(repo, options)
+    runs.append(("edited", time.monotonic() - t0, reports))
     print(f"repository of {args.solution} solutions, {len(lab_ids())} labs, GPU {runs[0][2][0].environment.get('gpu')}")
     for label, wall, reports in runs:
         total = sum(r.score for r in reports)
         print(f"{label:<6} wall {wall:6.2f} s  score {total:g}/{sum(r.max_score for r in reports):g}")
-    warm = [w for _, w, _ in runs[1:]]
+    warm = [w for label, w, _ in runs if label.startswith("warm")]
+    print(f"cold wall {runs[0][1]:.2f} s (target <= 30 s)")
     if warm:
-        print(f"warm wall: median {statistics.median(warm):.2f} s, max {max(warm):.2f} s (target <= 20 s)")
+        print(f"warm wall: median {statistics.median(warm):.2f} s, max {max(warm):.2f} s (target <= 5 s)")
+    print(f"edited wall (one lab's code changed: {EDITED}): {runs[-1][1]:.2f} s")
     stages = [Stage.COMPILE.value, Stage.STATIC.value, Stage.CORRECTNESS.value, WAITING, Stage.SANITIZER.value,
               Stage.COUNTERS.value, Stage.SPEED.value]
     last = runs[-1][2]

@@ -66,7 +66,7 @@ def test_every_uncached_baseline_case_is_profiled_once_in_one_session_per_kind_t
             raise AssertionError(f"{check.id} of {check.baseline} was profiled again")
 
         run = counters.profile(library, no_task, metrics, RunDirs(tmp_path / "i", tmp_path / "o"), 10, None,  # type: ignore[arg-type]
-                               cache_key=counters.baseline_key(H100, metrics, check), cache_dir=options.cache_dir)
+                               cache_key=counters.baseline_key(H100, metrics, check, spec), cache_dir=options.cache_dir)
         assert run.cached and run.values == {m: 7.0 for m in metrics}
     assert baselines.profile_baselines([spec], options) == 0 and len(sessions) == 2  # all cached: no session
 

@@ -149,7 +149,7 @@ def test_a_case_the_session_left_is_profiled_alone_only_for_a_lab_whose_cases_al
     monkeypatch.setattr(counterbatch, "requests_of", lambda sub, profiles, staged: [])
     monkeypatch.setattr(counters, "grade", lambda sub, check, profiles: graded.append(check.id))
     batch = ProfileBatch([spec.id])  # one lab: the session leaves it to be profiled alone
-    out = counterbatch.counted(SimpleNamespace(spec=spec), batch, lambda: correct)
+    out = counterbatch.counted(SimpleNamespace(spec=spec, gpu=None), batch, lambda: correct)
     assert graded == ([c.id for c in spec.counters] if correct else [])
     assert len(out) == (len(spec.counters) if correct else 0)
 

@@ -52,9 +52,10 @@ def test_the_student_and_every_timed_baseline_are_profiled_on_the_timed_case(mon
                              ("student", "dram_traffic_naive"), ("student", "dram_traffic_reference")]
 
 
-def test_the_students_traffic_is_kept_for_the_next_grade_of_the_same_code_and_no_scored_case_is(monkeypatch, tmp_path):
-    """The roofline's figure for code graded before on this GPU and driver comes from that grade
-    (a warm regrade profiles four large kernels fewer); every case a check scores is profiled again."""
+def test_the_students_profiled_cases_are_kept_for_the_next_grade_of_the_same_code_and_problem(monkeypatch, tmp_path):
+    """Code graded before on this GPU and driver, with the same generator, is profiled no more (a
+    warm regrade profiles nothing; its checks are judged again on the kept counts); edited code or
+    an edited generator is profiled again."""
     from grader.host.gpu import GpuInfo
 
     spec = find_lab("tiled_matmul")
@@ -73,21 +74,30 @@ def test_the_students_traffic_is_kept_for_the_next_grade_of_the_same_code_and_no
     sub = SimpleNamespace(spec=spec, gpu=GpuInfo("H100", (9, 0), "580"), cache_dir=tmp_path / "cache", library=library)
 
     def grade_once() -> counters.Profiles:
-        profiles = launched.profiles_for(spec)
+        profiles = launched.profiles_for(sub.spec)
         counterbatch.counted(sub, None, lambda: True, profiles)  # type: ignore[arg-type]
         return profiles
 
+    every = ["dram_traffic_naive", "global_load_reduction"]
     grade_once()
-    assert sorted(profiled) == ["dram_traffic_naive", "global_load_reduction"]
+    assert sorted(profiled) == every
     profiled.clear()
     again = grade_once()
-    assert profiled == ["global_load_reduction"], "the scored case again, the traffic kept"
-    kept = again.runs[("student", again.case(traffic.checks(spec)[0]))]
-    assert kept.cached and kept.values == {m: 5.0 for m in BYTES}, "the case's own figures, not the session's others"
+    assert profiled == [], "nothing profiled again"
+    for check in (traffic.checks(spec)[0], spec.counters[0]):
+        kept = again.runs[("student", again.case(check))]
+        assert kept.cached and kept.values == {m: 5.0 for m in again.metrics[again.case(check)]}, "the case's own figures only"
+        assert kept.kernels == ("k",)
     library.write_bytes(b"compiled from an edited file")
     profiled.clear()
     grade_once()
-    assert sorted(profiled) == ["dram_traffic_naive", "global_load_reduction"]
+    assert sorted(profiled) == every
+    edited = tmp_path / "problem.py"
+    edited.write_text(spec.files.problem.read_text() + "\n# a generator edited\n")
+    sub.spec = dataclasses.replace(spec, files=dataclasses.replace(spec.files, problem=edited))
+    profiled.clear()
+    grade_once()
+    assert sorted(profiled) == every, "other inputs: profiled again"
 
 
 def test_the_timed_case_is_profiled_on_inputs_the_worker_fills_with_no_input_file_written(tmp_path):

@@ -245,15 +245,16 @@ class ProfileBatch(LabBatch[Request, CaseKey, CounterRun]):
 
 
 def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool],
-            profiles: counters.Profiles | None = None) -> list[CheckResult]:
+            profiles: counters.Profiles | None = None, reuse: bool = True) -> list[CheckResult]:
     """Every counter check of the lab; checks on one case share a profiler run, and the cases of
     a repository's labs share one session (``batch``) where they can. A case the session did not
     settle is profiled alone only once ``correct()`` says every correctness case passed (else the
     checks are gated: none is returned). ``profiles`` (default: the counter checks' cases) may
-    hold more cases, profiled alike and left in it (``launched.record``)."""
+    hold more cases, profiled alike and left in it (``launched.record``). A case kept from an
+    earlier grade of the same code (``kept_file``) is not profiled again, unless not ``reuse``."""
     profiles = profiles or counters.Profiles(sub.spec.counters)
     kept = {key: path for key in profiles.metrics if (path := kept_file(sub, profiles, key)) is not None}
-    for key, path in kept.items():
+    for key, path in kept.items() if reuse else ():
         if (run := counters.cached(path)) is not None:
             profiles.settle("student", key, run)
     if batch is not None:
@@ -277,11 +278,13 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
 
 def kept_file(sub: Submission, profiles: counters.Profiles, key: CaseKey) -> Path | None:
     """Where the student's run of case ``key`` is kept between grades of the same compiled code on
-    the same GPU and driver: only for a case that no check scores and whose figure does not depend
-    on its inputs (the timed case's DRAM traffic, for the roofline); None for any other, which is
-    profiled at every grade."""
+    the same GPU and driver. A case's inputs are made from the lab's public seed (or filled by the
+    worker), never from the run's secret: the same library, problem and case give the same
+    kernels and counts, so a regrade of unchanged code profiles nothing again. The checks are
+    still judged at each grade (thresholds may have changed), and gated on this grade's
+    correctness. None without a GPU."""
     checks = [c for c in profiles.checks if profiles.case(c) == key]
-    if not checks or any(c.points or c.inputs != "filled" for c in checks) or sub.gpu is None:
+    if not checks or sub.gpu is None:
         return None
-    key_text = "student|" + counters.baseline_key(sub.gpu, profiles.metrics[key], checks[0])  # (never a baseline's entry)
+    key_text = "student|" + counters.baseline_key(sub.gpu, profiles.metrics[key], checks[0], sub.spec)  # (never a baseline's entry)
     return counters.cache_path(key_text, sub.cache_dir, sub.library)

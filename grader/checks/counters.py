@@ -24,7 +24,8 @@ from ..isolation.compilerlog import demangle
 from ..isolation.launch import Isolation, RunDirs
 from ..isolation.submission import Submission
 from ..isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
-from ..labspec.spec import CounterCheck, params_label, split_metrics
+from ..labspec.spec import CounterCheck, LabSpec, params_label, split_metrics
+from ..labspec.version import problem_version
 from ..outcome import CheckResult, Outcome, SourceLocation, Stage, partial_credit
 from ..textutil import cap_lines, plural
 from ..worker.protocol import Task
@@ -319,13 +320,15 @@ def baseline_run(sub: Submission, check: CounterCheck, profiles: Profiles) -> Co
 
     def profile_baseline(metrics: tuple[str, ...]) -> CounterRun:
         return profile(base_lib, lambda: tool_task(sub, check, trusted, base_lib), metrics, trusted, sub.time_left(check.time_limit_s),
-                       sub.isolation.for_baselines(), cache_key=baseline_key(sub.gpu, metrics, check), cache_dir=sub.cache_dir, gpu=sub.gpu)
+                       sub.isolation.for_baselines(), cache_key=baseline_key(sub.gpu, metrics, check, sub.spec), cache_dir=sub.cache_dir, gpu=sub.gpu)
     return profiles.run(f"baseline {check.baseline}", check, profile_baseline)
 
 
-def baseline_key(gpu: GpuInfo | None, metrics: tuple[str, ...], check: CounterCheck) -> str:
-    """What a baseline's profiled case is cached under (with the library's bytes: ``cache_path``)."""
-    return f"{gpu and gpu.name}|{gpu and gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}|{check.inputs}"
+def baseline_key(gpu: GpuInfo | None, metrics: tuple[str, ...], check: CounterCheck, spec: LabSpec) -> str:
+    """What a profiled case is cached under (with the library's bytes: ``cache_path``): the GPU
+    and driver, the metrics, the case, and what makes its inputs."""
+    return (f"{gpu and gpu.name}|{gpu and gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}|{check.inputs}"
+            f"|{problem_version(spec)}")
 
 
 def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResult:
@@ -347,10 +350,8 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
             v_base = counter_value(base.values, check)
     measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
                 "profile_seconds": round(mine.seconds, 2)}
-    if mine.session:
-        measured["profile_session_cases"] = mine.session
-    if mine.early:
-        measured["profile_session_early"] = True
+    measured.update({k: v for k, v in (("profile_session_cases", mine.session), ("profile_session_early", mine.early),
+                                       ("profile_kept", mine.cached)) if v})  # (kept: from an earlier grade of this code)
     shared_with = profiles.first[profiles.case(check)]
     if shared_with != check.id:
         measured["profile_run_of"] = shared_with

@@ -98,7 +98,7 @@ def pending(specs: list[LabSpec], options: GradeOptions, archs: tuple[str, ...],
                 library = baseline_library(spec, check.baseline, archs, cache_dir)
             except Exception:  # (not here, or not compiling: its lab reports it)
                 continue
-            cache_file = counters.cache_path(counters.baseline_key(gpu, metrics, check), cache_dir, library)
+            cache_file = counters.cache_path(counters.baseline_key(gpu, metrics, check, spec), cache_dir, library)
             if counters.cached(cache_file) is not None:
                 continue
             label = f"{spec.id} {check.baseline} {len(out)}"  # (a session tells its runs apart by label and case)

@@ -203,7 +203,8 @@ class LabGrading:
                 profiles = self.profiles = launched.profiles_for(spec, self.options.timing)
                 what = ", ".join(dict.fromkeys(c.what for c in profiles.checks))  # (the traffic is one figure per timed kernel)
                 self.progress(f"[{spec.id}] counters: {what} (Nsight Compute, in the background)")
-                self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles))
+                self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles,
+                                                                     self.options.reuse_profiles))
 
     def _profiled(self) -> bool:
         """Whether the student's cases are profiled: for the counter checks, and for the record of

@@ -42,6 +42,7 @@ class GradeOptions:
     timing: bool = True
     counters: bool = True
     sanitizers: bool = True
+    reuse_profiles: bool = True  # a case profiled at an earlier grade of the same compiled code is not profiled again
     gpu: bool = True  # False: run only the checks that need no GPU
     keep_work: Path | None = None  # keep worker files under this folder
     sandbox: bool = True  # run compile and run steps in bubblewrap where it is installed

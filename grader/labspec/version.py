@@ -32,6 +32,12 @@ def lab_version(spec: LabSpec) -> str:
     return _files_hash(tuple(sorted((name, str(path)) for name, path in named.items() if path is not None)))
 
 
+def problem_version(spec: LabSpec) -> str:
+    """A hash of the lab's generator and oracle: what a case's inputs are made by (with its
+    parameters and seed)."""
+    return _files_hash((("problem", str(spec.files.problem)),))
+
+
 @functools.lru_cache(maxsize=None)
 def _files_hash(named: tuple[tuple[str, str], ...]) -> str:
     return tree_hash((name, Path(path).read_bytes()) for name, path in named)
