@@ -337,9 +337,9 @@ def main() -> int:
         if not resuming:
             shutil.rmtree(cache, ignore_errors=True)
         os.environ["GRADER_CACHE_DIR"] = str(cache)
-    # each student profiled: the class's copies of the reference are one compiled library, whose runs kept from
-    # the first would spare every later copy the profiler, as a real class's distinct code is not
-    options = GradeOptions(gpu=not args.no_gpu, cache_dir=cache, reuse_profiles=False)
+    # every student's tools run: the class's copies of the reference are one compiled library, whose runs kept
+    # from the first would spare every later copy the profiler and the sanitizers, as a real class's distinct code is not
+    options = GradeOptions(gpu=not args.no_gpu, cache_dir=cache, reuse_tool_runs=False)
     before = float(elapsed.read_text()) if resuming and elapsed.is_file() else 0.0
     if resuming:
         names = sorted(d.name for d in repos.iterdir() if d.is_dir())

@@ -67,7 +67,7 @@ def _options(args: argparse.Namespace) -> GradeOptions:
         timing=not args.no_timing,
         counters=not args.no_counters,
         sanitizers=not args.no_sanitizers,
-        reuse_profiles=not args.profile_again,
+        reuse_tool_runs=not args.rerun_tools,
         gpu=not args.no_gpu,
         keep_work=args.keep_work,
         sandbox=not args.no_sandbox,

@@ -138,8 +138,9 @@ def _grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-timing", action="store_true", help="skip the speed checks")
     p.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
     p.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer checks")
-    p.add_argument("--profile-again", action="store_true",
-                   help="profile every counter case again, even one kept from an earlier grade of the same compiled code")
+    p.add_argument("--rerun-tools", action="store_true",
+                   help="run the profiler and the sanitizers on every case again, even where a run of the same compiled code "
+                   "was kept from an earlier grade")
     p.add_argument("--cache-dir", type=Path, help="build cache (default: $GRADER_CACHE_DIR, else $XDG_CACHE_HOME/cuda-lab-grader, "
                    "else ~/.cache/cuda-lab-grader)")
     p.add_argument("--keep-work", type=Path, help="keep the worker's files (inputs, outputs, logs) under this folder")

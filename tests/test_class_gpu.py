@@ -15,6 +15,8 @@ from grader.outcome import Outcome, Stage
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = ("tiled_matmul", "histogram")
+#: Every tool run made in the test: the repositories graded alone check the class's runs, not read them back.
+FRESH = GradeOptions(reuse_tool_runs=False)
 
 
 def _class(base: Path) -> Path:
@@ -52,7 +54,7 @@ def test_a_small_class_on_the_gpu_gets_what_each_repository_gets_alone(tmp_path)
 
     repos = _class(tmp_path)
     out = tmp_path / "out"
-    run = grade_class(roster.from_folder(repos), GradeOptions(), ClassOptions(out, LABS, health_wait_s=30), Display(quiet=True))
+    run = grade_class(roster.from_folder(repos), FRESH, ClassOptions(out, LABS, health_wait_s=30), Display(quiet=True))
     assert sorted(r.student for r in run.graded) == ["nolabs", "ref", "wrong"]
     assert all(r.lane.startswith("gpu") for r in run.graded)
     rows = {r.student: r for r in run.rows}
@@ -66,7 +68,7 @@ def test_a_small_class_on_the_gpu_gets_what_each_repository_gets_alone(tmp_path)
     tiled = next(r for r in wrong["labs"] if r["lab"] == "tiled_matmul")
     assert all(c["outcome"] == "fail" for c in tiled["checks"] if c["stage"] == "correctness")
     for sid in ("ref", "wrong"):  # speed verdicts near a threshold may differ between two timings
-        alone = grade_repo(repos / sid, GradeOptions(), labs=list(LABS))
+        alone = grade_repo(repos / sid, FRESH, labs=list(LABS))
         in_class = json.loads((out / "students" / sid / "report.json").read_text())["labs"]
         assert [(r.lab, [(c.id, c.outcome.value) for c in r.checks if c.stage is not Stage.SPEED]) for r in alone] == \
                [(r["lab"], [(c["id"], c["outcome"]) for c in r["checks"] if c["stage"] != "speed"]) for r in in_class]
@@ -125,14 +127,14 @@ def test_two_students_at_once_on_one_gpu_time_alone_and_get_what_each_gets_alone
     for sid in ("ref2", "ref3"):
         shutil.copytree(repos / "ref", repos / sid)
     out = tmp_path / "out"
-    run = grade_class(roster.from_folder(repos), GradeOptions(), ClassOptions(out, LABS, health_wait_s=30, per_gpu=2),
+    run = grade_class(roster.from_folder(repos), FRESH, ClassOptions(out, LABS, health_wait_s=30, per_gpu=2),
                       Display(quiet=True))
     assert {r.lane for r in run.graded} == {"gpu0", "gpu0.1"}
     for sid in ("ref", "ref2", "ref3", "wrong"):
         in_class = json.loads((out / "students" / sid / "report.json").read_text())["labs"]
         assert not [r["lab"] for r in in_class if r["environment"].get("timing_noisy")], sid
         assert all(r["stage_seconds"].get("health_gate", 0) < 1 for r in in_class), sid
-        alone = grade_repo(repos / sid, GradeOptions(), labs=list(LABS))
+        alone = grade_repo(repos / sid, FRESH, labs=list(LABS))
         assert [(r.lab, [(c.id, c.outcome.value) for c in r.checks if c.stage is not Stage.SPEED]) for r in alone] == \
                [(r["lab"], [(c["id"], c["outcome"]) for c in r["checks"] if c["stage"] != "speed"]) for r in in_class]
     ref = json.loads((out / "students" / "ref2" / "report.json").read_text())

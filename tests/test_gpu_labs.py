@@ -272,7 +272,7 @@ def test_a_repository_profiles_its_labs_in_one_session_with_the_verdicts_of_each
         target = submission_path(tmp_path, lab_id)
         target.parent.mkdir(parents=True)
         target.write_bytes(source.read_bytes())
-    options = GradeOptions(timing=False, sanitizers=False, reuse_profiles=False)  # (each profiled here, not kept from an earlier test)
+    options = GradeOptions(timing=False, sanitizers=False, reuse_tool_runs=False)  # (each profiled here, not kept from an earlier test)
     together = {r.lab: {c.id: c for c in r.checks if c.stage.value == "counters"} for r in grade_repo(tmp_path, options)}
     expected = {
         "boundary_checks": {"global_load_reduction": Outcome.FAIL},
@@ -311,7 +311,7 @@ def test_two_grader_processes_profile_the_same_gpu_in_turn(tmp_path):
     import sys
 
     labs = ("corner_turning", "histogram")
-    procs = [subprocess.Popen([sys.executable, "-m", "grader", "grade", lab, "--no-timing", "--profile-again", "-q",
+    procs = [subprocess.Popen([sys.executable, "-m", "grader", "grade", lab, "--no-timing", "--rerun-tools", "-q",
                                "--json", str(tmp_path / f"{lab}.json")], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for lab in labs]
     outputs = [p.communicate(timeout=400)[0] for p in procs]
@@ -376,7 +376,7 @@ def test_a_repository_runs_each_sanitizer_once_for_its_labs_with_the_verdicts_of
         target = submission_path(tmp_path, lab_id)
         target.parent.mkdir(parents=True)
         target.write_bytes(wrong.get(lab_id, find_lab(lab_id).files.reference).read_bytes())
-    options = GradeOptions(timing=False, counters=False)
+    options = GradeOptions(timing=False, counters=False, reuse_tool_runs=False)
     together = {r.lab: {c.id: c for c in r.checks if c.stage.value == "sanitizer"} for r in grade_repo(tmp_path, options)}
     alone = {lab_id: {c.id: c for c in grade(find_lab(lab_id), submission_path(tmp_path, lab_id), options).checks
                       if c.stage.value == "sanitizer"} for lab_id in lab_ids()}

@@ -198,9 +198,13 @@ def test_a_lab_alone_or_a_broken_shared_run_leaves_the_checks_to_the_labs_own_ru
     batch.send("a", [_request("a", "memcheck", tmp_path)])
     batch.send("b", [_request("b", "memcheck", tmp_path)])
     ran_alone: list[str] = []
-    monkeypatch.setattr(sanitizer, "grade", lambda sub, check: ran_alone.append(check.id) or "alone")
+    monkeypatch.setattr(sanitizer, "run_alone", lambda sub, check: ran_alone.append(check.id) or sanitizer.SanitizerRun())
+    monkeypatch.setattr(sanitizer, "judge", lambda sub, check, run: "alone")
 
     class Sub:
+        gpu = None  # (nothing kept without a GPU)
+        moot = threading.Event()
+
         class spec:
             id = "a"
 
@@ -208,6 +212,97 @@ def test_a_lab_alone_or_a_broken_shared_run_leaves_the_checks_to_the_labs_own_ru
         id = "memcheck_clean"
 
     assert sanitizerbatch.grade(Sub(), Check(), batch) == ["alone"] and ran_alone == ["memcheck_clean"]
+
+
+def _kept_setup(monkeypatch, tmp_path):
+    """A student's lab as the kept runs see it, a sanitizer at a path of its own, and each run alone counted."""
+    from types import SimpleNamespace
+
+    from grader.host.gpu import GpuInfo
+    from grader.labspec.labs import find_lab
+
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("GRADER_COMPUTE_SANITIZER", str(tool))
+    from grader.host import toolchain
+
+    toolchain.find.cache_clear()
+    monkeypatch.setattr(toolchain, "find", lambda name: tool if name == "compute-sanitizer" else None)
+    library = tmp_path / "student.so"
+    library.write_bytes(b"compiled once")
+    spec = find_lab("boundary_checks")
+    sub = SimpleNamespace(spec=spec, gpu=GpuInfo("H100", (9, 0), "580"), cache_dir=tmp_path / "cache", library=library,
+                          name="labs/boundary_checks/student.cu", moot=threading.Event(), source_lines=("int x;",) * 40,
+                          kernels=())
+    runs: list[str] = []
+    return sub, runs, tool
+
+
+WRITE = "Invalid __global__ write of size 4 bytes\n  at matmul+0x70 in labs/boundary_checks/student.cu:23"
+FOUND = sanitizer.SanitizerRun(errors=2, findings=(WRITE,),
+                               log="========= ERROR SUMMARY: 2 errors", seconds=1.5, writes_outside=True)
+
+
+def test_a_sanitizer_run_is_kept_for_the_next_grade_of_the_same_code_and_judged_again(monkeypatch, tmp_path):
+    sub, runs, tool = _kept_setup(monkeypatch, tmp_path)
+    memcheck, racecheck = sub.spec.sanitizers[0], next(c for c in sub.spec.sanitizers if c.tool == "racecheck")
+    answers = {memcheck.id: FOUND, racecheck.id: sanitizer.SanitizerRun(seconds=1.8)}
+    monkeypatch.setattr(sanitizer, "run_alone", lambda s, check: runs.append(check.id) or answers[check.id])
+
+    def grade_all(reuse: bool = True) -> dict[str, object]:
+        return {c.id: sanitizerbatch.grade(sub, c, None, reuse)[0] for c in (memcheck, racecheck)}  # type: ignore[arg-type]
+
+    first = grade_all()
+    assert runs == [memcheck.id, racecheck.id]
+    runs.clear()
+    again = grade_all()
+    assert runs == [], "nothing run again"
+    for cid, check in again.items():
+        assert (check.outcome, check.message, check.location) == (first[cid].outcome, first[cid].message, first[cid].location)
+        assert check.measured["kept"] is True and "kept" not in first[cid].measured
+    assert again[memcheck.id].location.line == 23 and again[memcheck.id].measured["global_writes_outside"] is True
+    monkeypatch.setattr(sanitizerbatch, "tool_task", lambda sub, check, dirs: {"case": check.id})
+    sub.tool_dirs, sub.isolation, sub.time_left = (lambda name: RunDirs(tmp_path / name, tmp_path / name)), None, (lambda s: s)
+    asked = [r.check for r in sanitizerbatch.requests_of(sub)]  # (the repository's shared runs)
+    assert asked == [c.id for c in sub.spec.sanitizers if c not in (memcheck, racecheck)], "the kept checks ask for no run"
+    assert len(sanitizerbatch.requests_of(sub, reuse=False)) == len(sub.spec.sanitizers)
+    grade_all(reuse=False)
+    assert runs == [memcheck.id, racecheck.id], "--rerun-tools"
+    for edit in (lambda: sub.library.write_bytes(b"compiled from an edited file"),
+                 lambda: tool.write_text("#!/bin/sh\n# another version of the tool\n")):
+        edit()
+        runs.clear()
+        grade_all()
+        assert runs == [memcheck.id, racecheck.id], "other code or another tool: run again"
+
+
+@pytest.mark.parametrize("answer", [sanitizer.SanitizerRun(error="did not finish within 10 s under compute-sanitizer and was killed"),
+                                    sanitizer.SanitizerRun(skipped="compute-sanitizer cannot run on this machine")])
+def test_a_run_that_did_not_finish_or_could_not_run_is_not_kept(monkeypatch, tmp_path, answer):
+    sub, runs, _ = _kept_setup(monkeypatch, tmp_path)
+    check = sub.spec.sanitizers[0]
+    monkeypatch.setattr(sanitizer, "run_alone", lambda s, c: runs.append(c.id) or answer)
+    for _ in range(2):
+        sanitizerbatch.grade(sub, check, None)  # type: ignore[arg-type]
+    assert runs == [check.id, check.id]
+
+
+def test_a_run_stopped_for_a_hung_case_is_not_kept_and_a_broken_kept_file_is_run_again(monkeypatch, tmp_path):
+    sub, runs, _ = _kept_setup(monkeypatch, tmp_path)
+    check = sub.spec.sanitizers[0]
+    monkeypatch.setattr(sanitizer, "run_alone", lambda s, c: runs.append(c.id) or sanitizer.SanitizerRun())
+    sub.moot.set()  # a correctness case hung while the run went on
+    assert sanitizerbatch.grade(sub, check, None)[0].message.startswith("not graded")  # type: ignore[arg-type]
+    assert sanitizerbatch.kept_file(sub, check).exists() is False  # type: ignore[union-attr]
+    sub.moot.clear()
+    sanitizerbatch.grade(sub, check, None)  # type: ignore[arg-type]
+    path = sanitizerbatch.kept_file(sub, check)  # type: ignore[arg-type]
+    assert path is not None and path.exists()
+    for broken in (b"{not json", b'{"errors": "many"}', b"[]", b'{"errors": 0, "findings": [], "verdict": "pass"}'):
+        path.write_bytes(broken)
+        runs.clear()
+        sanitizerbatch.grade(sub, check, None)  # type: ignore[arg-type]
+        assert runs == [check.id], broken
 
 
 def test_a_lab_whose_cases_cannot_be_written_sends_none_and_the_others_do_not_wait(tmp_path):

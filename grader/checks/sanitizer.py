@@ -45,6 +45,7 @@ class SanitizerRun:
     seconds: float = 0.0
     writes_outside: bool = False  # memcheck saw a store outside every global allocation
     shared: int = 0  # the labs whose cases this run ran, where it was a repository's shared run
+    kept: bool = False  # kept from an earlier grade of the same compiled code
 
 
 GLOBAL_WRITE = "Invalid __global__ write"
@@ -196,19 +197,29 @@ def _student_paths(text: str, source_name: str) -> str:
 
 def grade(sub: Submission, check: SanitizerCheck) -> CheckResult:
     """One sanitizer check of the submission, run alone: pass when the tool reports nothing."""
-    if sub.moot.is_set():  # a correctness case hung: the verdict would be gated anyway
-        return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE)
+    result = run_alone(sub, check)
+    return judge(sub, check, result) if result is not None else gated(check)
+
+
+def run_alone(sub: Submission, check: SanitizerCheck) -> SanitizerRun | None:
+    """The check's case run alone under its tool; None where a correctness case hung (the verdict
+    would be gated anyway)."""
+    if sub.moot.is_set():
+        return None
     dirs = sub.tool_dirs(f"sanitizer-{check.id}")
     with RUNS_AT_ONCE:
-        result = run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name,
-                     sub.isolation, sub.moot)
-    return judge(sub, check, result)
+        return run(tool_task(sub, check, dirs), check.tool, dirs, sub.time_left(check.time_limit_s), sub.name,
+                   sub.isolation, sub.moot)
+
+
+def gated(check: SanitizerCheck) -> CheckResult:
+    return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE)
 
 
 def judge(sub: Submission, check: SanitizerCheck, result: SanitizerRun) -> CheckResult:
     """The check's verdict on what its run under the tool found."""
     if sub.moot.is_set():  # ... and this run was stopped for it
-        return CheckResult(check.id, Stage.SANITIZER, Outcome.FAIL, 0, check.points, GATE, duration_s=result.seconds)
+        return dataclasses.replace(gated(check), duration_s=result.seconds)
     case = params_label(check.params)
     if result.skipped:
         return CheckResult(check.id, Stage.SANITIZER, Outcome.SKIPPED, 0, check.points, result.skipped)
@@ -219,6 +230,8 @@ def judge(sub: Submission, check: SanitizerCheck, result: SanitizerRun) -> Check
     measured: dict[str, object] = {"errors": result.errors, "case": case, "seconds": round(result.seconds, 2)}
     if result.shared:
         measured["shared_run_labs"] = result.shared
+    if result.kept:
+        measured["kept"] = True
     if result.writes_outside:
         measured["global_writes_outside"] = True
     failed_call = _FAILED_CALL.search(result.log) if not result.findings else None

@@ -6,6 +6,10 @@ four tools on each of five labs) queued behind one another and behind the worker
 repository therefore runs each tool once, on every lab's case in turn (the labs are one
 student's, so nothing of another student's shares the process).
 
+A check's run is kept for the next grade of the same compiled code (``kept_file``): its case's
+inputs come from the lab's public seed, so the same library, generator, tool, GPU and driver find
+the same; a regrade of unchanged code runs the tool no more, and judges the kept run afresh.
+
 A shared run settles a lab's check only where it is certain the lab's case was clean: the case
 ran and ended well, and every report the tool printed names a kernel of another lab (reports
 name the kernel, not the file: each lab's file is a ``student.cu``). A report that cannot be
@@ -18,15 +22,22 @@ share a run again. So a lab's verdicts never depend on the shared run.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import re
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
+from ..host import toolchain
+from ..host.hostdirs import private_dir, read_private, write_private
 from ..host.procgroup import AnyOf, Stop
 from ..isolation.launch import Isolation, RunDirs
 from ..isolation.submission import Submission
 from ..labspec.spec import SanitizerCheck
+from ..labspec.version import problem_version
 from ..outcome import CheckResult
 from ..textutil import OMITTED
 from ..worker.protocol import Task, marked_tasks
@@ -52,6 +63,8 @@ class ToolRequest:
     kernels: frozenset[str] = frozenset()  # the lab's kernels, by name (``kernel_name``)
 
 
+#: The largest kept run read back (a run keeps a few reports and 60 lines of the tool's log).
+KEPT_LIMIT_BYTES = 1 << 20
 #: Reports a shared run prints: every one must be seen to tell whose kernel it names.
 SHARED_PRINT_LIMIT = 1000
 #: Where a report names the function it happened in: "at matmul(const float *, int)+0x730 in student.cu:23".
@@ -66,11 +79,13 @@ def kernel_name(signature: str) -> str:
     return signature.strip().removeprefix("void ").split("(", 1)[0].strip()
 
 
-def requests_of(sub: Submission) -> list[ToolRequest]:
-    """The lab's sanitizer cases (inputs written)."""
+def requests_of(sub: Submission, reuse: bool = True) -> list[ToolRequest]:
+    """The lab's sanitizer cases (inputs written), but those kept from an earlier grade (``reuse``)."""
     out = []
     kernels = frozenset(kernel_name(k.name) for k in sub.kernels)
     for check in sub.spec.sanitizers:
+        if reuse and kept(sub, check) is not None:
+            continue
         dirs = sub.tool_dirs(f"sanitizer-{check.id}")
         out.append(ToolRequest(sub.spec.id, check.id, check.tool, tool_task(sub, check, dirs), dirs, sub.isolation,
                                sub.time_left(check.time_limit_s), sub.moot, kernels))
@@ -183,13 +198,52 @@ class SanitizerBatch(LabBatch[ToolRequest, str, SanitizerRun]):
         return sanitize_together(requests)
 
 
-def grade(sub: Submission, check: SanitizerCheck, batch: SanitizerBatch | None) -> list[CheckResult]:
-    """The check from the repository's shared run of its tool where that settled it, else run alone."""
-    if batch is not None:
+def grade(sub: Submission, check: SanitizerCheck, batch: SanitizerBatch | None, reuse: bool = True) -> list[CheckResult]:
+    """The check from its run kept from an earlier grade of the same code (``reuse``), else from
+    the repository's shared run of its tool where that settled it, else run alone."""
+    run = kept(sub, check) if reuse else None
+    if run is None and batch is not None:
         try:
-            settled = batch.runs(sub.spec.id).get(check.id)
+            run = batch.runs(sub.spec.id).get(check.id)
         except Exception:  # the shared run broke: the lab's own run decides, as it would alone
-            settled = None
-        if settled is not None:
-            return [sanitizer.judge(sub, check, settled)]
-    return [sanitizer.grade(sub, check)]
+            run = None
+    if run is None:
+        run = sanitizer.run_alone(sub, check)
+    if run is not None and not run.kept and keepable(run) and not sub.moot.is_set() and (path := kept_file(sub, check)):
+        write_private(path, json.dumps(dataclasses.asdict(run)).encode())
+    return [sanitizer.judge(sub, check, run) if run is not None else sanitizer.gated(check)]
+
+
+def keepable(run: SanitizerRun) -> bool:
+    """A run that says what the code does: clean, or with the tool's reports (not one that could
+    not run, or that failed or was stopped in a way the tool did not report)."""
+    return not (run.skipped or run.error)
+
+
+def kept_file(sub: Submission, check: SanitizerCheck) -> Path | None:
+    """Where ``check``'s run of the student's library is kept: by the library's bytes, the tool
+    and its flags, the case and what makes its inputs, the name the student's file is shown by,
+    the GPU and driver and the tool's own file. None without a GPU or the tool."""
+    exe = toolchain.find("compute-sanitizer")
+    if sub.gpu is None or exe is None:
+        return None
+    try:
+        tool = exe.stat()
+    except OSError:
+        return None
+    key = (f"sanitizer|{sub.gpu.name}|{sub.gpu.driver}|{exe}|{tool.st_size}|{tool.st_mtime_ns}|{check.tool}|"
+           f"{sanitizer.TOOL_FLAGS[check.tool]}|{sorted(check.params.items())}|{check.seed}|{problem_version(sub.spec)}|{sub.name}")
+    digest = hashlib.sha256(key.encode() + sub.library.read_bytes()).hexdigest()[:32]
+    return private_dir(sub.cache_dir / "sanitizer", "the sanitizer runs kept") / f"{digest}.json"
+
+
+def kept(sub: Submission, check: SanitizerCheck) -> SanitizerRun | None:
+    """``check``'s run kept from an earlier grade of the same compiled code (None: none is)."""
+    path = kept_file(sub, check)
+    stored = read_private(path, KEPT_LIMIT_BYTES, "a kept sanitizer run") if path is not None else None
+    try:
+        data = json.loads(stored) if stored else None
+        run = SanitizerRun(**{**data, "findings": tuple(data["findings"]), "kept": True}) if isinstance(data, dict) else None
+    except (TypeError, KeyError, ValueError):
+        return None  # (a file of another version's: run again)
+    return run if run is not None and keepable(run) and isinstance(run.errors, int) else None

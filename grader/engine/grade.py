@@ -152,9 +152,10 @@ class LabGrading:
         elif spec.sanitizers:
             self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
             if self.sanitizer_batch is not None:
-                self.sanitizer_batch.send_made(spec.id, lambda: sanitizerbatch.requests_of(sub))
+                self.sanitizer_batch.send_made(spec.id, lambda: sanitizerbatch.requests_of(sub, options.reuse_tool_runs))
             for check in spec.sanitizers:
-                self.background.run(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch),
+                self.background.run(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch,
+                                                                       options.reuse_tool_runs),
                                  (check.id,))
         self.worker = WorkerSession(sub.student_dirs(), isolation)
         # no student code reaches it: it owns the student's buffers and times the baselines
@@ -204,7 +205,7 @@ class LabGrading:
                 what = ", ".join(dict.fromkeys(c.what for c in profiles.checks))  # (the traffic is one figure per timed kernel)
                 self.progress(f"[{spec.id}] counters: {what} (Nsight Compute, in the background)")
                 self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles,
-                                                                     self.options.reuse_profiles))
+                                                                     self.options.reuse_tool_runs))
 
     def _profiled(self) -> bool:
         """Whether the student's cases are profiled: for the counter checks, and for the record of

@@ -42,7 +42,7 @@ class GradeOptions:
     timing: bool = True
     counters: bool = True
     sanitizers: bool = True
-    reuse_profiles: bool = True  # a case profiled at an earlier grade of the same compiled code is not profiled again
+    reuse_tool_runs: bool = True  # a profiler or sanitizer run kept from an earlier grade of the same compiled code stands
     gpu: bool = True  # False: run only the checks that need no GPU
     keep_work: Path | None = None  # keep worker files under this folder
     sandbox: bool = True  # run compile and run steps in bubblewrap where it is installed
