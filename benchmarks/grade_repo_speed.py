@@ -69,9 +69,11 @@ def main() -> int:
     stages = [Stage.COMPILE.value, Stage.STATIC.value, Stage.CORRECTNESS.value, WAITING, Stage.SANITIZER.value,
               Stage.COUNTERS.value, Stage.SPEED.value]
     last = runs[-1][2]
-    print(f"\n{'lab':<16} {'score':>9} " + " ".join(f"{s[:12]:>12}" for s in stages))
-    for r in last:
-        print(f"{r.lab:<16} {r.score:>4g}/{r.max_score:<4g} " + " ".join(f"{r.stage_seconds.get(s, 0.0):12.2f}" for s in stages))
+    for label, _, reports in [*runs[-2:-1], runs[-1]] if len(runs) > 2 else runs[-1:]:
+        print(f"\n{label:<7} {'lab':<16} {'score':>9} " + " ".join(f"{s[:12]:>12}" for s in stages))
+        for r in reports:
+            print(f"{'':<7} {r.lab:<16} {r.score:>4g}/{r.max_score:<4g} "
+                  + " ".join(f"{r.stage_seconds.get(s, 0.0):12.2f}" for s in stages))
     print("(sanitizers and counters run in the background: they overlap the other stages and labs)")
     phases = ("open", "sampling", "close", "check")
     print(f"\n{'speed stage':<26} " + " ".join(f"{p:>12}" for p in phases))

@@ -305,6 +305,7 @@ def _early(monkeypatch, tmp_path, profiler):
     monkeypatch.setattr(counterbatch, "run_profiler", fake_run_profiler)
     monkeypatch.setattr(counterbatch, "profile_together", fake_together)
     early = counterbatch.EarlySession(tmp_path / "early", ("m.sum",), Isolation(Sandbox(None, reason="test")), None, 60)
+    early.start()  # (a lab compiled whose cases were not kept)
     return early, fresh, os
 
 
@@ -344,6 +345,28 @@ def test_an_early_session_that_never_ran_leaves_the_labs_to_a_session_started_th
     assert batch.runs("a") == {} and fresh == [["a", "b"]]
     with pytest.raises(OSError):
         os.fstat(early._job_r)  # no run took the pipe: closed all the same
+
+
+def test_an_early_session_no_lab_woke_starts_no_profiler(monkeypatch, tmp_path):
+    """A regrade of unchanged code: every lab's cases kept, none wakes the session, and no
+    profiler starts; a lab that sends cases all the same (its kept run unreadable) gets a session
+    started then."""
+    import os
+
+    monkeypatch.setattr(counterbatch, "run_profiler", lambda *a: pytest.fail("the early session started"))
+    fresh: list[list[str]] = []
+    monkeypatch.setattr(counterbatch, "profile_together", lambda requests: fresh.append([r.lab for r in requests]) or {})
+    for sent in ([], [_request("a", tmp_path), _request("b", tmp_path)]):
+        early = counterbatch.EarlySession(tmp_path / f"early{len(sent)}", ("m.sum",), Isolation(Sandbox(None, reason="test")),
+                                          None, 60)
+        batch = ProfileBatch(["a", "b"], early)
+        for lab in ("a", "b"):
+            batch.send(lab, [r for r in sent if r.lab == lab])
+        assert batch.runs("a") == {}
+        early.close()
+        with pytest.raises(OSError):
+            os.fstat(early._job_r)  # its pipe closed all the same
+    assert fresh == [["a", "b"]]
 
 
 def test_an_early_session_stopped_on_its_cases_is_not_started_again(monkeypatch, tmp_path):

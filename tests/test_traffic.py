@@ -79,8 +79,10 @@ def test_the_students_profiled_cases_are_kept_for_the_next_grade_of_the_same_cod
         return profiles
 
     every = ["dram_traffic_naive", "global_load_reduction"]
+    assert not counterbatch.all_kept(sub, launched.profiles_for(spec))  # type: ignore[arg-type]
     grade_once()
     assert sorted(profiled) == every
+    assert counterbatch.all_kept(sub, launched.profiles_for(spec)), "the repository's profiler session is not started"  # type: ignore[arg-type]
     profiled.clear()
     again = grade_once()
     assert profiled == [], "nothing profiled again"

@@ -152,7 +152,9 @@ JOB_PIPE_BYTES = 60_000
 
 class EarlySession:
     """A profiler session started before its cases are known: ncu, the interpreter, CuPy and the
-    CUDA context start (about 2 s on an H100) beside the correctness cases. The labs write their
+    CUDA context start (about 2 s on an H100) beside the correctness cases. It starts once a lab
+    has compiled whose cases were not all kept from an earlier grade (:meth:`start`): a regrade
+    of unchanged code starts no profiler at all. The labs write their
     cases under ``staged`` (a folder its sandbox sees), and the job comes through a pipe once
     every lab has sent its own. A session that never ran (no profiler, counters busy, a worker
     that did not start) leaves the labs to a session started then, as before. It holds the
@@ -172,7 +174,14 @@ class EarlySession:
         self._outcome: tuple[ToolRun | None, CounterRun] = (None, CounterRun(error="not run"))
         self._thread = threading.Thread(target=self._run, args=(RunDirs(root / "grader", root / "runs"), isolation, gpu, limit_s),
                                         name="counter-session", daemon=True)
-        self._thread.start()
+        self._started = False
+
+    def start(self) -> None:
+        """Start the session (once): a lab has compiled whose cases were not kept from an earlier grade."""
+        with self._lock:
+            if not self._started and not self._cancelled.is_set():
+                self._started = True
+                self._thread.start()
 
     def is_set(self) -> bool:
         """The run's stop: cancelled, past the cases' limit, or a lab's case hung."""
@@ -187,7 +196,11 @@ class EarlySession:
                     os.close(self._job_r)
 
     def run(self, requests: list[Request]) -> dict[tuple[str, CaseKey], CounterRun] | None:
-        """Send the session its job and wait: what it settled, or None where it never ran."""
+        """Send the session its job and wait: what it settled, or None where it never ran (or was
+        never started)."""
+        if not self._started:
+            self.close(keep=True)
+            return None
         marks = marks_for(len(requests))
         job = json.dumps(marked_tasks([r.task for r in requests], marks)).encode()
         self._stops = [r.stop for r in requests]
@@ -215,7 +228,13 @@ class EarlySession:
     def close(self, keep: bool = False) -> None:
         """Stop the session if it is still waiting for its job, and remove its folder (unless ``keep``)."""
         self._close_job(cancel=True)
-        self._thread.join()
+        with self._lock:
+            started = self._started
+        if started:
+            self._thread.join()
+        else:
+            with contextlib.suppress(OSError):
+                os.close(self._job_r)
         if not keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -230,6 +249,11 @@ class ProfileBatch(LabBatch[Request, CaseKey, CounterRun]):
     def __init__(self, labs: Iterable[str], early: EarlySession | None = None) -> None:
         super().__init__(labs)
         self.early = early
+
+    def wake(self) -> None:
+        """A lab has cases to profile: start the early session, if there is one."""
+        if self.early is not None:
+            self.early.start()
 
     def staged(self, lab: str) -> Path | None:
         """Where ``lab`` writes its cases for the early session (None: where it would alone)."""
@@ -274,6 +298,12 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
         if run is not None and not run.cached:
             counters.store(path, run, profiles.metrics[key])
     return graded
+
+
+def all_kept(sub: Submission, profiles: counters.Profiles) -> bool:
+    """Whether every case in ``profiles`` was kept from an earlier grade of the same code."""
+    return all((path := kept_file(sub, profiles, key)) is not None and counters.cached(path) is not None
+               for key in profiles.metrics)
 
 
 def kept_file(sub: Submission, profiles: counters.Profiles, key: CaseKey) -> Path | None:

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from ..cachedirs import default_cache_dir
 from ..checks import sanitizer, sanitizerbatch, speed
 from ..checks.correctness import grade_case
-from ..checks.counterbatch import ProfileBatch, counted
+from ..checks.counterbatch import ProfileBatch, all_kept, counted
 from ..checks.counters import Profiles
 from ..checks.sanitizerbatch import SanitizerBatch
 from ..checks.sass import static_checks
@@ -142,6 +142,9 @@ class LabGrading:
         sub = self.sub = Submission(spec, self.name, build.library, build.kernels, archs, load_problem(spec), isolation,
                                     cache_dir, self._work, self.deadline, options.submission_limit_s, secret_of(options),
                                     probe.gpu, source_lines=source_lines(self.source))
+        if self.batch is not None and self._profiled() and not (
+                options.reuse_tool_runs and all_kept(sub, launched.profiles_for(spec, options.timing))):
+            self.batch.wake()  # the repository's profiler session starts now, beside the correctness cases
         # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
         # correctness cases (their counts do not depend on what else runs); timing waits for them.
         # each sanitizer run (and the counter runs) in a thread of its own: they are separate processes
