@@ -69,7 +69,7 @@ def main() -> int:
     stages = [Stage.COMPILE.value, Stage.STATIC.value, Stage.CORRECTNESS.value, WAITING, Stage.SANITIZER.value,
               Stage.COUNTERS.value, Stage.SPEED.value]
     last = runs[-1][2]
-    for label, _, reports in [*runs[-2:-1], runs[-1]] if len(runs) > 2 else runs[-1:]:
+    for label, _, reports in [runs[0], *runs[-2:-1], runs[-1]] if len(runs) > 2 else runs:
         print(f"\n{label:<7} {'lab':<16} {'score':>9} " + " ".join(f"{s[:12]:>12}" for s in stages))
         for r in reports:
             print(f"{'':<7} {r.lab:<16} {r.score:>4g}/{r.max_score:<4g} "
