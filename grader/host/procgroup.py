@@ -154,15 +154,7 @@ def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
     doomed = _tree(pgid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    for proc in doomed:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    deadline = time.monotonic() + settle_s
-    while any(_alive(proc) for proc in doomed):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    return _kill_all(doomed, settle_s)
 
 
 def kill_tree(pid: int, settle_s: float = SETTLE_S) -> bool:
@@ -174,6 +166,11 @@ def kill_tree(pid: int, settle_s: float = SETTLE_S) -> bool:
         doomed = [root, *root.children(recursive=True)]  # listed before any dies: orphans leave the tree
     except psutil.Error:
         return True
+    return _kill_all(doomed, settle_s)
+
+
+def _kill_all(doomed: list[psutil.Process], settle_s: float) -> bool:
+    """SIGKILL each of ``doomed``, then wait up to ``settle_s`` for them all to be gone."""
     for proc in doomed:
         with contextlib.suppress(psutil.Error):
             proc.kill()
