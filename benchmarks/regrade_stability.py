@@ -65,7 +65,8 @@ def regrade(spec: LabSpec, times: int, folder: Path, sanitizers_every_time: bool
         started = time.monotonic()
         first = done + i == 0
         options = GradeOptions(secret=os.urandom(16).hex(), sanitizers=sanitizers_every_time or first,
-                               counters=counters_every_time or first)
+                               counters=counters_every_time or first,
+                               reuse_tool_runs=not (sanitizers_every_time or counters_every_time))  # (run each time, not kept)
         results = validate(spec, options)
         (folder / f"{spec.id}-{done + i + 1:03d}.json").write_text(json_report.dumps(r.report for r in results))
         missed = [f"{r.report.submission} ({', '.join(m.check for m in r.mismatches) or '; '.join(r.problems)})"
