@@ -100,6 +100,12 @@ def test_the_students_profiled_cases_are_kept_for_the_next_grade_of_the_same_cod
     profiled.clear()
     grade_once()
     assert sorted(profiled) == every, "other inputs: profiled again"
+    from grader.host import toolchain
+
+    monkeypatch.setattr(toolchain, "identity", lambda name: f"/opt/{name}-2027.1|1|1")
+    profiled.clear()
+    grade_once()
+    assert sorted(profiled) == every, "another build of the profiler: profiled again"
 
 
 def test_the_timed_case_is_profiled_on_inputs_the_worker_fills_with_no_input_file_written(tmp_path):

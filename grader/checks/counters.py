@@ -325,10 +325,10 @@ def baseline_run(sub: Submission, check: CounterCheck, profiles: Profiles) -> Co
 
 
 def baseline_key(gpu: GpuInfo | None, metrics: tuple[str, ...], check: CounterCheck, spec: LabSpec) -> str:
-    """What a profiled case is cached under (with the library's bytes: ``cache_path``): the GPU
-    and driver, the metrics, the case, and what makes its inputs."""
-    return (f"{gpu and gpu.name}|{gpu and gpu.driver}|{sorted(metrics)}|{sorted(check.params.items())}|{check.seed}|{check.inputs}"
-            f"|{problem_version(spec)}")
+    """What a profiled case is cached under (with the library's bytes: ``cache_path``): the GPU,
+    driver and profiler, the metrics, the case, and what makes its inputs."""
+    return (f"{gpu and gpu.name}|{gpu and gpu.driver}|{toolchain.identity('ncu')}|{sorted(metrics)}|{sorted(check.params.items())}"
+            f"|{check.seed}|{check.inputs}|{problem_version(spec)}")
 
 
 def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResult:

@@ -224,15 +224,11 @@ def kept_file(sub: Submission, check: SanitizerCheck) -> Path | None:
     """Where ``check``'s run of the student's library is kept: by the library's bytes, the tool
     and its flags, the case and what makes its inputs, the name the student's file is shown by,
     the GPU and driver and the tool's own file. None without a GPU or the tool."""
-    exe = toolchain.find("compute-sanitizer")
-    if sub.gpu is None or exe is None:
+    tool = toolchain.identity("compute-sanitizer")
+    if sub.gpu is None or tool is None:
         return None
-    try:
-        tool = exe.stat()
-    except OSError:
-        return None
-    key = (f"sanitizer|{sub.gpu.name}|{sub.gpu.driver}|{exe}|{tool.st_size}|{tool.st_mtime_ns}|{check.tool}|"
-           f"{sanitizer.TOOL_FLAGS[check.tool]}|{sorted(check.params.items())}|{check.seed}|{problem_version(sub.spec)}|{sub.name}")
+    key = (f"sanitizer|{sub.gpu.name}|{sub.gpu.driver}|{tool}|{check.tool}|{sanitizer.TOOL_FLAGS[check.tool]}|"
+           f"{sorted(check.params.items())}|{check.seed}|{problem_version(sub.spec)}|{sub.name}")
     digest = hashlib.sha256(key.encode() + sub.library.read_bytes()).hexdigest()[:32]
     return private_dir(sub.cache_dir / "sanitizer", "the sanitizer runs kept") / f"{digest}.json"
 

@@ -78,3 +78,14 @@ def toolkit_root(nvcc: Path) -> Path:
     m = re.search(r"^#\$ _HERE_=(.+)$", done.stdout + done.stderr, re.MULTILINE)
     here = Path(m.group(1).strip()).resolve() if m else None
     return here.parent if here is not None and (here / "nvcc").is_file() else fallback
+
+
+def identity(name: str) -> str | None:
+    """What tells one build of tool ``name`` from another, for results kept between runs: its
+    path, size and modification time (None where it is missing)."""
+    exe = find(name)
+    try:
+        stat = exe.resolve().stat() if exe is not None else None
+    except OSError:
+        return None
+    return f"{exe}|{stat.st_size}|{stat.st_mtime_ns}" if stat is not None else None
