@@ -99,6 +99,16 @@ def test_second_build_is_cached(reference, cache):
     assert again.message == reference.message
 
 
+def test_a_build_says_before_compiling_that_its_code_is_new(tmp_path, cache):
+    """(A repository starts its profiler session then: nothing of new code can have been kept.)"""
+    told: list[str] = []
+    source = tmp_path / "new.cu"
+    source.write_text(REFERENCE.read_text() + "\n__device__ int one_more_try;\n")
+    first = build(source, HEADER, ARCHS, cache_dir=cache, on_compile=lambda: told.append("compiling"))
+    again = build(source, HEADER, ARCHS, cache_dir=cache, on_compile=lambda: told.append("again"))
+    assert first.ok and not first.cached and again.cached and told == ["compiling"]
+
+
 # ------------------------------------------------------------------ compile errors
 
 

@@ -99,6 +99,11 @@ class LabGrading:
         if self.batch is not None:
             self.batch.send(self.spec.id, [])
 
+    def _wake_profiler(self) -> None:
+        """New code, or runs not all kept: the repository's profiler session starts now."""
+        if self.batch is not None and self._profiled():
+            self.batch.wake()
+
     def _leave_sanitizer_batch(self) -> None:
         """... and the shared sanitizer runs (a lab's first send is the one that counts)."""
         if self.sanitizer_batch is not None:
@@ -113,7 +118,8 @@ class LabGrading:
         self._describe_environment(probe, archs)
         self.progress(f"[{spec.id}] compiling {self.name} for {', '.join(archs)}")
         with self.clock.stage(Stage.COMPILE.value):
-            build = lab_build(spec, self.source, archs, options.cache_dir, display_name=self.name, sandbox=self.sandbox)
+            build = lab_build(spec, self.source, archs, options.cache_dir, display_name=self.name, sandbox=self.sandbox,
+                              on_compile=self._wake_profiler)
         self.env["build_cached"] = build.cached
         if not build.ok or build.library is None:
             message = build.message
@@ -142,12 +148,10 @@ class LabGrading:
         sub = self.sub = Submission(spec, self.name, build.library, build.kernels, archs, load_problem(spec), isolation,
                                     cache_dir, self._work, self.deadline, options.submission_limit_s, secret_of(options),
                                     probe.gpu, source_lines=source_lines(self.source))
-        if self.batch is not None and self._profiled() and not (
-                options.reuse_tool_runs and all_kept(sub, launched.profiles_for(spec, options.timing))):
-            self.batch.wake()  # the repository's profiler session starts now, beside the correctness cases
-        # Sanitizer and counter runs are separate processes on tiny cases: they overlap the
-        # correctness cases (their counts do not depend on what else runs); timing waits for them.
-        # each sanitizer run (and the counter runs) in a thread of its own: they are separate processes
+        if not (options.reuse_tool_runs and all_kept(sub, launched.profiles_for(spec, options.timing))):
+            self._wake_profiler()
+        # Sanitizer and counter runs are separate processes on tiny cases, each in a thread of its own:
+        # they overlap the correctness cases (their counts do not depend on what else runs); timing waits for them.
         self.background.open(len(spec.sanitizers) + 1)
         if spec.sanitizers and not options.sanitizers:
             self.background.done([CheckResult(c.id, Stage.SANITIZER, Outcome.SKIPPED, 0, c.points,
@@ -158,8 +162,7 @@ class LabGrading:
                 self.sanitizer_batch.send_made(spec.id, lambda: sanitizerbatch.requests_of(sub, options.reuse_tool_runs))
             for check in spec.sanitizers:
                 self.background.run(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch,
-                                                                       options.reuse_tool_runs),
-                                 (check.id,))
+                                                                       options.reuse_tool_runs), (check.id,))
         self.worker = WorkerSession(sub.student_dirs(), isolation)
         # no student code reaches it: it owns the student's buffers and times the baselines
         self.trusted = baselines_worker(key_of(probe.gpu), isolation.for_baselines())
@@ -201,8 +204,7 @@ class LabGrading:
             if hung:  # it would hang under each sanitizer and the profiler too, whose verdicts are gated now
                 sub.moot.set()
             if not counting and self._profiled() and result.outcome is Outcome.PASS:
-                # counters start with the first passing case: the profiler run of a repository's
-                # labs, started beside the sanitizers instead, took 12 s on an H100 (5 to 7 s now)
+                # counters start with the first passing case (started beside the sanitizers: 12 s on an H100, 5 to 7 s now)
                 counting = self._sent_to_batch = True  # counted() sends this lab's cases
                 profiles = self.profiles = launched.profiles_for(spec, self.options.timing)
                 what = ", ".join(dict.fromkeys(c.what for c in profiles.checks))  # (the traffic is one figure per timed kernel)

@@ -11,7 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import filelock
 
@@ -81,6 +81,7 @@ def build(
     display_name: str | None = None,
     exports: tuple[str, ...] = (),
     sandbox: Sandbox | None = None,
+    on_compile: Callable[[], None] | None = None,
 ) -> BuildResult:
     """Compile ``source`` with ``header`` force-included into a shared object.
 
@@ -133,6 +134,8 @@ def build(
     hit = _cached(final, display, source, started)
     if hit is not None:
         return hit
+    if on_compile is not None:
+        on_compile()  # (no build of this code is cached: it is about to be compiled)
     with _one_builder(cache, digest, time_limit_s):
         hit = _cached(final, display, source, started)  # another grader built it while this one waited
         if hit is not None:
@@ -287,15 +290,17 @@ def _result_from_meta(folder: Path, meta: dict[str, Any], compiled_as: str, *, c
 
 
 def lab_build(spec: LabSpec, source: Path, archs: tuple[str, ...], cache_dir: Path | None = None,
-              display_name: str | None = None, sandbox: Sandbox | None = None) -> BuildResult:
+              display_name: str | None = None, sandbox: Sandbox | None = None,
+              on_compile: Callable[[], None] | None = None) -> BuildResult:
     """Any build for a lab: its header, flags and time limit, and its launcher required.
 
     Students' files compile in the ``sandbox``; the course's own baselines do not need it.
+    ``on_compile`` is called where no build of the file is cached, before it is compiled.
     """
     return build(
         source, spec.files.header, archs, flags=spec.compile.flags, cache_dir=cache_dir,
         time_limit_s=spec.compile.time_limit_s, exports=(spec.launcher.name,), display_name=display_name,
-        sandbox=sandbox,
+        sandbox=sandbox, on_compile=on_compile,
     )
 
 
