@@ -62,8 +62,7 @@ class LabGrading:
         self.whole = spec  # the lab as the course grades it: what the report lists
         self.spec, self.source, self.options, self.progress = runnable(spec), source, options, progress
         self.name = display_name or source.name
-        self.clock = StageClock()
-        self.sandbox = sandbox_for(options)
+        self.clock, self.sandbox = StageClock(), sandbox_for(options)
         self.deadline = time.monotonic() + options.submission_limit_s
         self.checks: list[CheckResult] = []
         self.env: dict[str, object] = {}
@@ -76,7 +75,7 @@ class LabGrading:
         self.trusted: WorkerSession | None = None
         self.background = Background(self.spec, self.clock)
         self._correctness_over = threading.Event()
-        self._opened = False
+        self._opened = self._all_kept = False  # (all kept: every profiled case kept from an earlier grade)
         self._run: TimedRun | None = None  # the opened timing, until timed() samples it
         self._measurement: Measurement | None = None  # the timing, until report() scores it
         self.end_workers = True  # close() ends the workers (else the caller does: sessions())
@@ -114,8 +113,7 @@ class LabGrading:
         if not self._profiled():
             self._leave_batch()  # nothing of this lab's to profile: the shared session need not wait for its cases
         probe = probe_for(options)
-        archs = archs_for(options, probe)
-        self._describe_environment(probe, archs)
+        self._describe_environment(probe, archs := archs_for(options, probe))
         self.progress(f"[{spec.id}] compiling {self.name} for {', '.join(archs)}")
         with self.clock.stage(Stage.COMPILE.value):
             build = lab_build(spec, self.source, archs, options.cache_dir, display_name=self.name, sandbox=self.sandbox,
@@ -148,10 +146,11 @@ class LabGrading:
         sub = self.sub = Submission(spec, self.name, build.library, build.kernels, archs, load_problem(spec), isolation,
                                     cache_dir, self._work, self.deadline, options.submission_limit_s, secret_of(options),
                                     probe.gpu, source_lines=source_lines(self.source))
-        if not (options.reuse_tool_runs and all_kept(sub, launched.profiles_for(spec, options.timing))):
+        self._all_kept = options.reuse_tool_runs and all_kept(sub, launched.profiles_for(spec, options.timing))
+        if not self._all_kept:
             self._wake_profiler()
-        # Sanitizer and counter runs are separate processes on tiny cases, each in a thread of its own:
-        # they overlap the correctness cases (their counts do not depend on what else runs); timing waits for them.
+        # Sanitizer and counter runs are separate processes on tiny cases, each in a thread of its own: they
+        # overlap the correctness cases (their counts do not depend on what else runs); timing waits for them
         self.background.open(len(spec.sanitizers) + 1)
         if spec.sanitizers and not options.sanitizers:
             self.background.done([CheckResult(c.id, Stage.SANITIZER, Outcome.SKIPPED, 0, c.points,
@@ -208,7 +207,8 @@ class LabGrading:
                 counting = self._sent_to_batch = True  # counted() sends this lab's cases
                 profiles = self.profiles = launched.profiles_for(spec, self.options.timing)
                 what = ", ".join(dict.fromkeys(c.what for c in profiles.checks))  # (the traffic is one figure per timed kernel)
-                self.progress(f"[{spec.id}] counters: {what} (Nsight Compute, in the background)")
+                how = "kept from an earlier grade of this code" if self._all_kept else "Nsight Compute, in the background"
+                self.progress(f"[{spec.id}] counters: {what} ({how})")
                 self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles,
                                                                      self.options.reuse_tool_runs))
 
