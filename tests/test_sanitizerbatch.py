@@ -298,7 +298,8 @@ def test_a_run_stopped_for_a_hung_case_is_not_kept_and_a_broken_kept_file_is_run
     sanitizerbatch.grade(sub, check, None)  # type: ignore[arg-type]
     path = sanitizerbatch.kept_file(sub, check)  # type: ignore[arg-type]
     assert path is not None and path.exists()
-    for broken in (b"{not json", b'{"errors": "many"}', b"[]", b'{"errors": 0, "findings": [], "verdict": "pass"}'):
+    for broken in (b"{not json", b'{"errors": "many"}', b"[]", b'{"errors": 0, "findings": [], "verdict": "pass"}',
+                   b'{"errors": 1, "findings": [7]}'):
         path.write_bytes(broken)
         runs.clear()
         sanitizerbatch.grade(sub, check, None)  # type: ignore[arg-type]

@@ -166,7 +166,6 @@ class EarlySession:
         self.staged.mkdir(parents=True)
         isolation = dataclasses.replace(isolation, read_only=(*isolation.read_only, self.staged))
         self._job_r, self._job_w = os.pipe()
-        self._job_inode = os.fstat(self._job_r).st_ino
         self._stops: list[Stop] = []
         self._cancelled = threading.Event()
         self._lock = threading.Lock()  # the job's pipe: written, or closed, once
@@ -190,10 +189,16 @@ class EarlySession:
     def _run(self, dirs: RunDirs, isolation: Isolation, gpu: GpuInfo | None, limit_s: float) -> None:
         try:
             self._outcome = run_profiler(self._job_r, self.metrics, dirs, limit_s, isolation, gpu, self)
-        finally:  # the pipe's read end is closed once the worker has it; not where none started
+        finally:  # the pipe's read end is closed once the worker has it (or none started)
+            self._drop_reader()
+
+    def _drop_reader(self) -> None:
+        """Close the job pipe's read end, once."""
+        with self._lock:
+            fd, self._job_r = self._job_r, -1
+        if fd >= 0:
             with contextlib.suppress(OSError):
-                if os.fstat(self._job_r).st_ino == self._job_inode:
-                    os.close(self._job_r)
+                os.close(fd)
 
     def run(self, requests: list[Request]) -> dict[tuple[str, CaseKey], CounterRun] | None:
         """Send the session its job and wait: what it settled, or None where it never ran (or was
@@ -233,8 +238,7 @@ class EarlySession:
         if started:
             self._thread.join()
         else:
-            with contextlib.suppress(OSError):
-                os.close(self._job_r)
+            self._drop_reader()
         if not keep:
             shutil.rmtree(self.root, ignore_errors=True)
 

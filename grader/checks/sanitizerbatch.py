@@ -22,6 +22,7 @@ share a run again. So a lab's verdicts never depend on the shared run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -210,7 +211,8 @@ def grade(sub: Submission, check: SanitizerCheck, batch: SanitizerBatch | None, 
     if run is None:
         run = sanitizer.run_alone(sub, check)
     if run is not None and not run.kept and keepable(run) and not sub.moot.is_set() and (path := kept_file(sub, check)):
-        write_private(path, json.dumps(dataclasses.asdict(run)).encode())
+        with contextlib.suppress(OSError):  # (kept only to spare the next grade the run)
+            write_private(path, json.dumps(dataclasses.asdict(run)).encode())
     return [sanitizer.judge(sub, check, run) if run is not None else sanitizer.gated(check)]
 
 
@@ -242,4 +244,6 @@ def kept(sub: Submission, check: SanitizerCheck) -> SanitizerRun | None:
         run = SanitizerRun(**{**data, "findings": tuple(data["findings"]), "kept": True}) if isinstance(data, dict) else None
     except (TypeError, KeyError, ValueError):
         return None  # (a file of another version's: run again)
-    return run if run is not None and keepable(run) and isinstance(run.errors, int) else None
+    if run is None or not isinstance(run.errors, int) or not all(isinstance(f, str) for f in (*run.findings, run.log)):
+        return None
+    return run if keepable(run) else None
