@@ -401,3 +401,12 @@ def test_a_cache_folder_given_relative_to_where_the_grader_starts_works(how, tmp
     out = capsys.readouterr().out
     assert "compile error" not in out and "compile failed" not in out
     assert any((tmp_path / "cache" / "builds").iterdir())
+
+
+def test_rerun_tools_turns_off_the_kept_tool_runs_for_every_grading_command(tmp_path):
+    from grader.cli import _options, _parser
+
+    for command in (["grade", "tiled_matmul"], ["grade-repo", str(tmp_path)], ["grade-class", str(tmp_path), "--out", str(tmp_path / "out")]):
+        plain = _parser().parse_args([*command, "--cache-dir", str(tmp_path / "cache"), "--no-gpu"])
+        again = _parser().parse_args([*command, "--cache-dir", str(tmp_path / "cache"), "--no-gpu", "--rerun-tools"])
+        assert (_options(plain).reuse_tool_runs, _options(again).reuse_tool_runs) == (True, False), command
