@@ -191,8 +191,9 @@ def grade_many(
 
 
 def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession | None:
-    """A student's profiler session, started before their labs' cases are known, where two labs
-    or more have counter checks (None where it would not run: no GPU, no profiler)."""
+    """A student's profiler session, to start before their labs' cases are known (once a lab's
+    new code compiles, or code whose runs were not kept), where two labs or more have counter
+    checks (None where it would not run: no GPU, no profiler)."""
     # the labs profiled: for their counter checks, their timed case's traffic, or the record of which kernels ran
     profiled = [spec for spec in map(runnable, specs) if launched.profiled(spec, options.timing)]
     if len(profiled) < 2 or not options.counters or toolchain.find("ncu") is None or gputurns.active():
