@@ -12,6 +12,7 @@ found again from the lane's own defaults; its options travel with each job.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -22,10 +23,12 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
+import psutil
+
 from ..engine.rehearsal import rehearse_timings
 from ..host import gpulock, gputurns, health
 from ..host.gpus import GpuSlot
-from ..host.procgroup import kill_tree
+from ..host.procgroup import ended, kill_tree
 from ..isolation import inherit
 from ..isolation.options import GradeOptions
 from ..labspec.labs import find_lab
@@ -151,6 +154,7 @@ class GpuLane(Lane):
         self.inherited = inherited or inherit.capture()  # in this (the parent's) process
         self.name = lane_name(slot, seat)
         self._stopped: float | None = None  # when the lane was interrupted
+        self._doomed: list[psutil.Process] = []  # ... and its processes then
         self.pool = self._start()
         # the lane's process starts now and readies its GPU while the first student is compiled
         self.rehearsal: Future[None] | None = self.pool.submit(_lane_rehearse, labs, options) if labs else None
@@ -193,6 +197,8 @@ class GpuLane(Lane):
         """Send the lane's process the stop (SIGTERM: it publishes nothing more)."""
         self._stopped = time.monotonic()
         for proc in self._processes():
+            with contextlib.suppress(psutil.Error):  # (known by its start time too: never another process by its number)
+                self._doomed.append(psutil.Process(proc.pid))
             proc.terminate()
 
     def close(self, wait: bool = True) -> None:
@@ -203,10 +209,12 @@ class GpuLane(Lane):
         if wait:
             self.pool.shutdown(wait=True, cancel_futures=True)
             return
-        procs = self._processes()
+        if self._stopped is None:
+            self.interrupt()
         self.pool.shutdown(wait=False, cancel_futures=True)
         deadline = (self._stopped or time.monotonic()) + STOP_GRACE_S
-        for proc in procs:
-            proc.join(max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                kill_tree(proc.pid)
+        for proc in self._doomed:  # (watched, not waited for: the pool's own thread reaps them)
+            while not ended(proc) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not ended(proc):
+                kill_tree(proc)

@@ -157,12 +157,16 @@ def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
     return _kill_all(doomed, settle_s)
 
 
-def kill_tree(pid: int, settle_s: float = SETTLE_S) -> bool:
-    """SIGKILL process ``pid`` and every process below it (those in sessions of their own and
-    those stopped included), then wait up to ``settle_s`` for them all to be gone. Returns False
-    when one outlived ``settle_s``."""
+def ended(proc: psutil.Process) -> bool:
+    """Whether ``proc`` has exited (a zombie not yet reaped counts: it runs nothing any more)."""
+    return not _alive(proc)
+
+
+def kill_tree(root: psutil.Process, settle_s: float = SETTLE_S) -> bool:
+    """SIGKILL ``root`` and every process below it (those in sessions of their own and those
+    stopped included), then wait up to ``settle_s`` for them all to be gone. Returns False when
+    one outlived ``settle_s``."""
     try:
-        root = psutil.Process(pid)
         doomed = [root, *root.children(recursive=True)]  # listed before any dies: orphans leave the tree
     except psutil.Error:
         return True
