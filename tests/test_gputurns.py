@@ -113,6 +113,59 @@ def test_a_step_that_waits_for_another_step_of_its_process_is_not_held_behind_a_
     assert _span(timed)[0] >= first_ended[0], "the timing still began only once every step had ended"
 
 
+SEAT = textwrap.dedent("""
+    import random, sys, threading, time
+    from pathlib import Path
+    from grader.host import gputurns
+    from grader.host.hostlock import lock_place
+    folder, rounds, log = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    turns, spans, lock = gputurns.Turns(lock_place("GPU-test", folder), wait_s=60), [], threading.Lock()
+
+    def span(kind, began):
+        with lock:
+            spans.append(f"{kind} {began} {time.time()}")
+
+    for _ in range(rounds):
+        rerun = threading.Event()
+
+        def shared_run():  # a step that ends once a later step of this process has run
+            with turns.step():
+                began = time.time()
+                rerun.wait(10)
+                span("step", began)
+
+        first = threading.Thread(target=shared_run)
+        first.start()
+        time.sleep(random.uniform(0, 0.02))
+        with turns.step():
+            began = time.time()
+            rerun.set()
+            span("step", began)
+        first.join()
+        with turns.timing():
+            began = time.time()
+            time.sleep(0.005)
+            span("timing", began)
+    log.write_text("\\n".join(spans))
+""")
+
+
+def test_seats_whose_steps_wait_on_each_other_all_finish_and_no_timing_overlaps_another_s_step(tmp_path):
+    """Three seats, each round a step that waits for a later step of its own seat, then a
+    timing: every seat finishes (no cycle between a timing and a seat's own steps), and no
+    timing ever ran beside another seat's step."""
+    logs = [tmp_path / f"seat{k}.log" for k in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", SEAT, str(tmp_path), "15", str(log)], cwd=ROOT) for log in logs]
+    assert [p.wait(120) for p in procs] == [0, 0, 0]
+    spans = [[(kind, float(a), float(b)) for kind, a, b in (line.split() for line in log.read_text().splitlines())] for log in logs]
+    assert all(sum(kind == "timing" for kind, _, _ in seat) == 15 for seat in spans)
+    for k, seat in enumerate(spans):
+        for kind, a, b in seat:
+            if kind == "timing":
+                beside = [(o, c, d) for j, other in enumerate(spans) if j != k for o, c, d in other if o == "step" and c < b and a < d]
+                assert not beside, f"seat {k}'s timing {a:.3f}-{b:.3f} ran beside {beside[:2]}"
+
+
 def test_the_timing_process_passes_its_own_steps_and_waits_for_its_own_steps_in_flight(tmp_path):
     turns = gputurns.Turns(lock_place("GPU-test", tmp_path))
     ended: list[float] = []
