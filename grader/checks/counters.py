@@ -136,10 +136,11 @@ def run_when_counters_free(attempt: Callable[[float], ToolRun], time_limit_s: fl
                   "(Nsight Compute outside the grader, DCGM) was collecting on this GPU")
 
 
-def cache_path(cache_key: str, cache_dir: Path, library: Path) -> Path:
-    """Where a trusted run's counters are kept: by what was asked and the library's bytes."""
+def cache_path(cache_key: str, cache_dir: Path, library: Path, folder: str = "counters") -> Path:
+    """Where a run of ``library`` is kept (its counters, or in ``folder`` a tool's other runs): by
+    what was asked and the library's bytes."""
     digest = hashlib.sha256(cache_key.encode() + library.read_bytes()).hexdigest()[:32]
-    return cache_dir / "counters" / f"{digest}.json"
+    return cache_dir / folder / f"{digest}.json"
 
 
 def profile(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import re
 import threading
@@ -45,6 +44,7 @@ from ..worker.protocol import Task, marked_tasks
 from . import sanitizer
 from .correctness import tool_task
 from .counterbatch import combined
+from .counters import cache_path
 from .labbatch import LabBatch
 from .sanitizer import SanitizerRun
 
@@ -64,8 +64,8 @@ class ToolRequest:
     kernels: frozenset[str] = frozenset()  # the lab's kernels, by name (``kernel_name``)
 
 
-#: The largest kept run read back (a run keeps a few reports and 60 lines of the tool's log).
-KEPT_LIMIT_BYTES = 1 << 20
+#: The largest kept run read back (a run keeps a few reports and 60 lines of the tool's log), and where.
+KEPT_LIMIT_BYTES, KEPT_FOLDER = 1 << 20, "sanitizer"
 #: Reports a shared run prints: every one must be seen to tell whose kernel it names.
 SHARED_PRINT_LIMIT = 1000
 #: Where a report names the function it happened in: "at matmul(const float *, int)+0x730 in student.cu:23".
@@ -231,8 +231,8 @@ def kept_file(sub: Submission, check: SanitizerCheck) -> Path | None:
         return None
     key = (f"sanitizer|{sub.gpu.name}|{sub.gpu.driver}|{tool}|{check.tool}|{sanitizer.TOOL_FLAGS[check.tool]}|"
            f"{sorted(check.params.items())}|{check.seed}|{problem_version(sub.spec)}|{sub.name}")
-    digest = hashlib.sha256(key.encode() + sub.library.read_bytes()).hexdigest()[:32]
-    return private_dir(sub.cache_dir / "sanitizer", "the sanitizer runs kept") / f"{digest}.json"
+    private_dir(sub.cache_dir / KEPT_FOLDER, "the sanitizer runs kept")
+    return cache_path(key, sub.cache_dir, sub.library, KEPT_FOLDER)
 
 
 def kept(sub: Submission, check: SanitizerCheck) -> SanitizerRun | None:
