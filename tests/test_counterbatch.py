@@ -260,7 +260,8 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
 def test_an_early_run_gets_its_job_through_a_pipe_and_sees_what_was_staged_after_it_started(tmp_path):
     """The session starts before the labs write their cases: its sandbox binds the staging folder
     at the start, and a file written there later is seen; the job comes through the pipe, whose
-    read end the grader closes once the run has it."""
+    read end stays the caller's, open (the worker gets a copy): closed twice, by the run and by
+    its session, the number could by then be another thread's file, and was."""
     import json
     import os
     import time
@@ -269,6 +270,7 @@ def test_an_early_run_gets_its_job_through_a_pipe_and_sees_what_was_staged_after
     staged = tmp_path / "staged"
     staged.mkdir()
     job_r, job_w = os.pipe()
+    job_inode = os.fstat(job_r).st_ino
     script = 'log=$1; shift; while [ "$1" != --job-fd ]; do shift; done; cat /dev/fd/$2 > "$log"; cat "$STAGED" >> "$log"'
     tool = ["/bin/sh", "-c", script.replace("$STAGED", str(staged / "lab" / "x.npy")), "sh", TOOL_LOG]
     runs: list[ToolRun] = []
@@ -283,8 +285,8 @@ def test_an_early_run_gets_its_job_through_a_pipe_and_sees_what_was_staged_after
     thread.join(30)
     assert runs and runs[0].returncode == 0, runs
     assert runs[0].log.splitlines() == ['{"kind": "marked"}', "staged later"]
-    with pytest.raises(OSError):
-        os.fstat(job_r)  # closed here once the run had it
+    assert os.fstat(job_r).st_ino == job_inode  # still the caller's pipe, to close once
+    os.close(job_r)
 
 
 def _early(monkeypatch, tmp_path, profiler):
@@ -310,10 +312,11 @@ def _early(monkeypatch, tmp_path, profiler):
 
 
 def _read_job(fd: int) -> dict:
+    """The job a session was sent, read as its worker would: from a copy of the session's descriptor."""
     import json
     import os
 
-    with os.fdopen(fd, "rb") as pipe:
+    with os.fdopen(os.dup(fd), "rb") as pipe:
         return json.loads(pipe.read())
 
 

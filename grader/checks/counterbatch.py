@@ -189,7 +189,7 @@ class EarlySession:
     def _run(self, dirs: RunDirs, isolation: Isolation, gpu: GpuInfo | None, limit_s: float) -> None:
         try:
             self._outcome = run_profiler(self._job_r, self.metrics, dirs, limit_s, isolation, gpu, self)
-        finally:  # the pipe's read end is closed once the worker has it (or none started)
+        finally:  # the pipe's read end is the session's (the run passed a copy on): closed here, once
             self._drop_reader()
 
     def _drop_reader(self) -> None:

@@ -60,7 +60,8 @@ def run_under_tool(
     """``tool_cmd`` followed by a one-shot worker, in its own process group, killed at the limit
     (or once ``stop`` is set). ``task`` may instead be the read end of a pipe that its job will
     come through (a run started before its job is known: what the job names must lie in
-    ``isolation``'s folders); the worker then starts and waits for it.
+    ``isolation``'s folders); the worker then starts and waits for it. That descriptor stays the
+    caller's, open, to close once (closing a number twice can close another thread's file).
 
     ``TOOL_LOG`` in ``tool_cmd`` becomes the path of a pipe that only the grader reads. A run
     given its task is a step of GPU work in this process's turns (:mod:`grader.host.gputurns`),
@@ -77,16 +78,21 @@ def _run_under_tool(tool_cmd: list[str], task: Task | int, dirs: RunDirs, time_l
     console = CappedOutput(OUTPUT_HEAD_BYTES * 8, OUTPUT_TAIL_BYTES)
     log = CappedOutput(OUTPUT_HEAD_BYTES * 32, OUTPUT_TAIL_BYTES)
     log_r, log_w = os.pipe()
+    passing = [log_w]  # run_capped closes these once the process has them; here if it is never reached
     try:
         args = [f"/dev/fd/{log_w}" if a == TOOL_LOG else a for a in tool_cmd]
         job, fds, inputs = _job(task, dirs)
+        passing += fds
         args += worker_command(*job, "--result", str(dirs.outbox / "result.json"))
         env_extra = {**(extra_env or {}), "GRADER_CLOSE_FD": f"{log_w}:{os.fstat(log_w).st_ino}"}
         cmd, env = isolation.command(args, dirs, env_extra, read_also=inputs)
+        pass_fds, passing = tuple(passing), []
         code = run_capped(cmd, console, started + time_limit_s - time.monotonic(), cwd=dirs.outbox, env=env,
-                          pass_fds=(log_w, *fds), pipes={log_r: log}, stop=stop)
+                          pass_fds=pass_fds, pipes={log_r: log}, stop=stop)
     finally:
         os.close(log_r)
+        for fd in passing:
+            os.close(fd)
     return ToolRun(code, clean(log.text()), clean(console.text()), _read_result(dirs.outbox, isolation.trusted),
                    time.monotonic() - started)
 
@@ -94,8 +100,9 @@ def _run_under_tool(tool_cmd: list[str], task: Task | int, dirs: RunDirs, time_l
 def _job(task: Task | int, dirs: RunDirs) -> tuple[list[str], tuple[int, ...], tuple[Path, ...]]:
     """The worker's arguments naming its job, the descriptors it gets, and the inputs outside
     ``dirs.inbox`` that its sandbox must show."""
-    if isinstance(task, int):
-        return ["--job-fd", str(task)], (task,), ()
+    if isinstance(task, int):  # the caller's: the worker gets a copy, and the caller's stays open
+        mine = os.dup(task)
+        return ["--job-fd", str(mine)], (mine,), ()
     write_private(dirs.inbox / "job.json", json.dumps(task).encode())
     inputs = tuple(Path(p) for one in (task, *task.get("tasks", [])) for p in one.get("inputs", {}).values()
                    if not Path(p).is_relative_to(dirs.inbox))
