@@ -45,6 +45,34 @@ def test_kill_group_returns_only_once_every_member_has_stopped():
     proc.wait(5)
 
 
+def test_a_process_that_cannot_be_read_as_it_exits_stops_no_kill(monkeypatch):
+    """A class on four GPUs: psutil raised IndexError reading /proc/PID/stat of some exiting
+    process (not the group's), out of the whole walk of the process table, and the worker the
+    walk was for was never killed. Another process's unreadable entry is skipped now."""
+    import psutil
+
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    proc = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
+    try:
+        _wait_for(lambda: len(live_members(proc.pid)) == 2)
+        real = psutil._pslinux.Process.create_time
+
+        def short_stat(self, *args, **kwargs):
+            if self.pid == other.pid:
+                raise IndexError("list index out of range")
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(psutil._pslinux.Process, "create_time", short_stat)
+        monkeypatch.setattr(psutil, "_pmap", {})  # no Process of it kept from an earlier walk
+        assert kill_group(proc.pid)
+        assert live_members(proc.pid) == []
+        assert other.poll() is None  # (not the group's: left running)
+    finally:
+        other.kill()
+        other.wait(5)
+        proc.wait(5)
+
+
 def test_zombies_are_not_live_members():
     proc = subprocess.Popen(["sh", "-c", "exit 0"], start_new_session=True)
     stat = Path(f"/proc/{proc.pid}/stat")

@@ -28,7 +28,7 @@ import psutil
 from ..engine.rehearsal import rehearse_timings
 from ..host import gpulock, gputurns, health
 from ..host.gpus import GpuSlot
-from ..host.procgroup import ended, kill_tree
+from ..host.procgroup import GONE, ended, kill_tree
 from ..isolation import inherit
 from ..isolation.options import GradeOptions
 from ..labspec.labs import find_lab
@@ -197,7 +197,7 @@ class GpuLane(Lane):
         """Send the lane's process the stop (SIGTERM: it publishes nothing more)."""
         self._stopped = time.monotonic()
         for proc in self._processes():
-            with contextlib.suppress(psutil.Error):  # (known by its start time too: never another process by its number)
+            with contextlib.suppress(*GONE):  # (known by its start time too: never another process by its number)
                 self._doomed.append(psutil.Process(proc.pid))
             proc.terminate()
 

@@ -98,22 +98,42 @@ def start_lasting(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
     return _STARTER.submit(start).result()
 
 
+#: What reading a process in /proc can raise as it exits: psutil's errors, and IndexError or
+#: ValueError from parsing a short /proc/PID/stat (psutil 7.2.2 raised IndexError so in a class
+#: graded on four GPUs). ``psutil.process_iter`` raises those out of the whole walk, and shares one
+#: table of processes between threads besides.
+GONE = (psutil.Error, OSError, IndexError, ValueError)
+
+
 def _alive(proc: psutil.Process) -> bool:
     """Still running: a zombie has closed its files and released its memory (and GPU)."""
     try:
         return proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-    except psutil.Error:
+    except GONE:
         return False
 
 
 def _members(pgid: int) -> list[psutil.Process]:
-    """The live processes of group ``pgid``."""
+    """The live processes of group ``pgid`` (a process that exits as it is read is not one)."""
     found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(proc.pid) == pgid and _alive(proc):
-                found.append(proc)
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) != pgid:
+                continue
+            proc = psutil.Process(pid)
+        except GONE:
+            continue
+        if _alive(proc):
+            found.append(proc)
     return found
+
+
+def _below(proc: psutil.Process) -> list[psutil.Process]:
+    """Every process below ``proc`` (none where it, or the table, changes as it is read)."""
+    try:
+        return proc.children(recursive=True)
+    except GONE:
+        return []
 
 
 def live_members(pgid: int) -> list[int]:
@@ -125,10 +145,9 @@ def _tree(pgid: int) -> list[psutil.Process]:
     """The live processes of group ``pgid`` and every live process below them."""
     tree = {proc.pid: proc for proc in _members(pgid)}
     for proc in list(tree.values()):
-        with contextlib.suppress(psutil.Error):
-            for child in proc.children(recursive=True):
-                if _alive(child):
-                    tree.setdefault(child.pid, child)
+        for child in _below(proc):
+            if _alive(child):
+                tree.setdefault(child.pid, child)
     return list(tree.values())
 
 
@@ -136,7 +155,7 @@ def hold_group(pgid: int, stopped: bool) -> None:
     """Stop (SIGSTOP) or continue (SIGCONT) group ``pgid`` and everything below it: while
     stopped, none of its code runs (a thread the program left running included)."""
     for proc in _tree(pgid):
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(*GONE):
             if stopped:
                 proc.suspend()
             else:
@@ -166,17 +185,14 @@ def kill_tree(root: psutil.Process, settle_s: float = SETTLE_S) -> bool:
     """SIGKILL ``root`` and every process below it (those in sessions of their own and those
     stopped included), then wait up to ``settle_s`` for them all to be gone. Returns False when
     one outlived ``settle_s``."""
-    try:
-        doomed = [root, *root.children(recursive=True)]  # listed before any dies: orphans leave the tree
-    except psutil.Error:
-        return True
+    doomed = [root, *_below(root)]  # listed before any dies: orphans leave the tree
     return _kill_all(doomed, settle_s)
 
 
 def _kill_all(doomed: list[psutil.Process], settle_s: float) -> bool:
     """SIGKILL each of ``doomed``, then wait up to ``settle_s`` for them all to be gone."""
     for proc in doomed:
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(*GONE):
             proc.kill()
     deadline = time.monotonic() + settle_s
     while any(_alive(proc) for proc in doomed):
