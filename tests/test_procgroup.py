@@ -73,6 +73,24 @@ def test_a_process_that_cannot_be_read_as_it_exits_stops_no_kill(monkeypatch):
         proc.wait(5)
 
 
+def test_a_child_in_a_session_of_its_own_is_killed_while_psutil_cannot_read_the_table(monkeypatch):
+    """psutil lists a process's children from every process's /proc/PID/stat, and one read short
+    (IndexError) lost them all: a sandboxed worker sits in a session of its own, below the group."""
+    import psutil
+
+    proc = subprocess.Popen(["sh", "-c", "setsid sleep 300 & wait"], start_new_session=True)
+    _wait_for(lambda: "sleep" in _descendants(proc.pid))
+    child = next(p for p in psutil.Process(proc.pid).children() if p.name() == "sleep")
+
+    def short_stat():
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(psutil, "_ppid_map", short_stat)
+    assert kill_group(proc.pid)
+    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    proc.wait(5)
+
+
 def test_zombies_are_not_live_members():
     proc = subprocess.Popen(["sh", "-c", "exit 0"], start_new_session=True)
     stat = Path(f"/proc/{proc.pid}/stat")

@@ -128,12 +128,33 @@ def _members(pgid: int) -> list[psutil.Process]:
     return found
 
 
+def _parents() -> dict[int, int]:
+    """Each process's parent, read from /proc/PID/stat (one that cannot be read is left out: psutil's
+    own table raises out of the whole walk for it)."""
+    found = {}
+    for pid in psutil.pids():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
+            found[pid] = int(stat[stat.rindex(b")") + 2:].split()[1])  # the name, in brackets, may hold anything
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 def _below(proc: psutil.Process) -> list[psutil.Process]:
-    """Every process below ``proc`` (none where it, or the table, changes as it is read)."""
-    try:
-        return proc.children(recursive=True)
-    except GONE:
-        return []
+    """Every process below ``proc``, found by walking down from its id (those that exit as they are
+    read are left out)."""
+    parents = _parents()
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = [], list(children.get(proc.pid, ()))
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, ())
+        with contextlib.suppress(*GONE):
+            found.append(psutil.Process(pid))
+    return found
 
 
 def live_members(pgid: int) -> list[int]:
@@ -192,8 +213,13 @@ def kill_tree(root: psutil.Process, settle_s: float = SETTLE_S) -> bool:
 def _kill_all(doomed: list[psutil.Process], settle_s: float) -> bool:
     """SIGKILL each of ``doomed``, then wait up to ``settle_s`` for them all to be gone."""
     for proc in doomed:
-        with contextlib.suppress(*GONE):
+        try:
             proc.kill()
+        except psutil.Error:
+            pass  # gone already
+        except GONE:  # its /proc entry unreadable as it exits (psutil checks it first): by its number then
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + settle_s
     while any(_alive(proc) for proc in doomed):
         if time.monotonic() >= deadline:
