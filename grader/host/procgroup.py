@@ -144,6 +144,11 @@ def _parents() -> dict[int, int]:
 def _below(proc: psutil.Process) -> list[psutil.Process]:
     """Every process below ``proc``, found by walking down from its id (those that exit as they are
     read are left out)."""
+    try:
+        if not proc.is_running():  # exited and reaped: its number may be another's, whose children are not ours
+            return []
+    except GONE:
+        pass  # its entry there but unreadable as it exits: the number is still its own
     parents = _parents()
     children: dict[int, list[int]] = {}
     for pid, parent in parents.items():
