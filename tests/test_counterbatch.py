@@ -289,6 +289,35 @@ def test_an_early_run_gets_its_job_through_a_pipe_and_sees_what_was_staged_after
     os.close(job_r)
 
 
+def test_a_file_opened_while_an_early_session_runs_is_still_open_after_it(monkeypatch, tmp_path):
+    """The session's run (a real one-shot run under a stand-in tool) and the session close what is
+    each their own: the run closed the session's job pipe, whose number the next file opened took,
+    and the session's close then closed that file (on the GPU, a worker's reply pipe: a reference
+    lost a lab's points)."""
+    import os
+    import time
+
+    started = tmp_path / "started"
+    script = f'touch {started}; while [ "$1" != --job-fd ]; do shift; done; cat /dev/fd/$2 > /dev/null'
+
+    def run_profiler(task, metrics, dirs, limit, isolation, gpu, stop):
+        return run_under_tool(["/bin/sh", "-c", script, "sh"], task, dirs, limit, isolation, stop=stop), CounterRun()
+
+    monkeypatch.setattr(counterbatch, "run_profiler", run_profiler)
+    early = counterbatch.EarlySession(tmp_path / "early", ("m.sum",), Isolation(Sandbox(None, reason="test")), None, 60)
+    early.start()
+    deadline = time.monotonic() + 30
+    while not started.exists():
+        assert time.monotonic() < deadline, "the session's run did not start"
+        time.sleep(0.01)
+    mine = os.open(tmp_path / "mine", os.O_CREAT | os.O_RDWR)
+    try:
+        early.close()
+        assert os.fstat(mine).st_ino == (tmp_path / "mine").stat().st_ino
+    finally:
+        os.close(mine)
+
+
 def _early(monkeypatch, tmp_path, profiler):
     """An early session whose profiler run is ``profiler(job_fd, stop)`` (a test double: real
     sessions run in the GPU tests); ``profile_together`` (a session started then) is recorded."""
