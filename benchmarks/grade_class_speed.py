@@ -2,8 +2,8 @@
 
     python benchmarks/grade_class_speed.py [--students 40] [--gpus all|0|0,1] [--no-gpu] [--no-compare] [--warm]
                                            [--keep DIR [--resume]] [-j N]
-    python benchmarks/grade_class_speed.py --alone-only --keep DIR [--resume] [--students N]
-    python benchmarks/grade_class_speed.py --keep DIR --compare-with ALONE.json ...
+    python benchmarks/grade_class_speed.py --alone-only --keep DIR [--resume] [--students N] [--shard I/N]
+    python benchmarks/grade_class_speed.py --keep DIR --compare-with ALONE.json [--compare-with ALONE-2-of-2.json] ...
 
 Builds a class in a temporary folder: repositories of the five references, of known-wrong
 solutions (one lab wrong, the rest references), of the untouched stubs, with labs missing, with no
@@ -17,7 +17,10 @@ and build cache, the students already graded skipped, and the wall times of the 
 Grading alone can be done apart (on another GPU, while a class is graded): ``--alone-only`` grades
 the same class (the class is the same for the same --students) one repository at a time and saves
 every verdict to ``DIR/alone.json`` as it goes (``--resume`` keeps those already saved);
-``--compare-with`` compares a class run with such a file instead of grading alone again.
+``--compare-with`` compares a class run with such a file instead of grading alone again. On a host
+with several GPUs, ``--shard I/N`` grades every N-th repository (one process per GPU, each with its
+own ``CUDA_VISIBLE_DEVICES``) into ``DIR/alone-I-of-N.json``, from a class already built in DIR;
+the files given to ``--compare-with`` are taken together, and students none of them has are named.
 
 Targets: 40 repositories on one H100 in <= 8 minutes (<= 12 s each, amortised) with every check
 on; 20 repositories with --no-gpu in <= 60 s cold on 2 cores; with several GPUs, the wall time of
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader.classroom import roster  # noqa: E402
+from grader.classroom import shard as shards  # noqa: E402
 from grader.classroom.progress import LANES_LOG, Display, read_log  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
 from grader.course.validate import load_solutions  # noqa: E402
@@ -182,25 +186,36 @@ def compare(repos: Path, out: Path, names: list[str], options: GradeOptions) -> 
     return [line for name in names for line in differ(name, alone_verdicts(repos / name, options), in_class_verdicts(out, name))]
 
 
-def compare_with(saved: Path, out: Path, names: list[str]) -> list[Difference]:
-    """Each student's verdicts in the class against those ``--alone-only`` saved (a JSON file),
-    or those of another class run (its results folder: a regrade)."""
-    if saved.is_dir():
+def saved_alone(files: list[Path]) -> dict[str, Any]:
+    """The verdicts ``--alone-only`` saved, in one file or in its shards' files taken together."""
+    earlier: dict[str, Any] = {}
+    for file in files:
+        earlier.update(json.loads(file.read_text()))
+    return earlier
+
+
+def compare_with(saved: Path | list[Path], out: Path, names: list[str]) -> list[Difference]:
+    """Each student's verdicts in the class against those ``--alone-only`` saved (JSON files, its
+    shards' together), or those of another class run (its results folder: a regrade)."""
+    if isinstance(saved, Path) and saved.is_dir():
         earlier: dict[str, Any] = {n: in_class_verdicts(saved, n) for n in names if (saved / "students" / n / "report.json").is_file()}
     else:
-        earlier = json.loads(saved.read_text())
+        saved = [saved] if isinstance(saved, Path) else saved
+        earlier = saved_alone(saved)
     missing = [n for n in names if n not in earlier]
     if missing:
-        print(f"{saved}: no verdicts for {len(missing)} of {len(names)} students; they are not compared")
+        print(f"{', '.join(map(str, saved)) if isinstance(saved, list) else saved}: no verdicts for "
+              f"{len(missing)} of {len(names)} students ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); "
+              "they are not compared")
 
     def verdicts(saved: Any) -> list[Verdict] | str:
         return saved if isinstance(saved, str) else [(a, b, c, d) for a, b, c, d in saved]
-    before = "in the earlier run" if saved.is_dir() else "alone"
+    before = "alone" if isinstance(saved, list) else "in the earlier run"
     return [line for name in names if name in earlier for line in differ(name, verdicts(earlier[name]), in_class_verdicts(out, name), before)]
 
 
 def grade_alone(repos: Path, names: list[str], options: GradeOptions, saved: Path) -> int:
-    """--alone-only: every repository graded alone, its verdicts saved as soon as it is graded."""
+    """--alone-only: every repository of ``names`` graded alone, its verdicts saved as soon as it is graded."""
     done: dict[str, Any] = json.loads(saved.read_text()) if saved.is_file() else {}
     started = time.monotonic()
     try:
@@ -318,6 +333,8 @@ def main() -> int:
     p.add_argument("--compare-with", type=Path, action="append",
                    help="instead of grading alone, compare with the verdicts --alone-only saved (DIR/alone.json) or with "
                         "another class run's results folder (DIR/results); may be given more than once")
+    p.add_argument("--shard", help="with --alone-only: grade the I-th of N slices (I/N) into DIR/alone-I-of-N.json, "
+                                   "from a class already built in DIR (one process per GPU)")
     p.add_argument("--no-compare", action="store_true", help="skip grading each repository alone")
     p.add_argument("--warm", action="store_true", help="keep the build cache of GRADER_CACHE_DIR instead of an empty one")
     p.add_argument("--keep", type=Path, help="build the class and its results here (default: a temporary folder, removed)")
@@ -331,6 +348,13 @@ def main() -> int:
         p.error("--resume needs --keep DIR, the folder of the run to go on with")
     if args.alone_only and args.keep is None:
         p.error("--alone-only needs --keep DIR, where its verdicts are saved")
+    try:
+        shard = shards.parse(args.shard) if args.shard else None
+    except GraderError as exc:
+        p.error(str(exc))
+    if shard is not None and not (args.alone_only and args.resume and (args.keep / "class").is_dir()):
+        p.error("--shard grades a slice of a class already built: give it with --alone-only --keep DIR --resume, "
+                "DIR holding a class (run the class, or one --alone-only without --shard, first)")
     count = args.students or (20 if args.no_gpu else 40)
     work = args.keep or Path(tempfile.mkdtemp(prefix="grade-class-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -354,7 +378,8 @@ def main() -> int:
         names = build_class(repos, count)
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
     if args.alone_only:
-        return grade_alone(repos, names, options, work / "alone.json")
+        mine = [n for n in names if shard is None or n in shard.select(names)]
+        return grade_alone(repos, mine, options, work / (f"alone-{shard.index}-of-{shard.count}.json" if shard else "alone.json"))
     slots = gpu_slots(options, args.gpus)
     print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; {args.per_gpu} per GPU; lanes: "
           f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {usable_cpus()} CPUs; "
@@ -392,7 +417,11 @@ def main() -> int:
     status = 0
     if not args.no_compare:
         t0 = time.monotonic()
-        against = [(f"as in {path}", compare_with(path, out, names)) for path in args.compare_with or []]
+        given = args.compare_with or []
+        alone_files = [path for path in given if not path.is_dir()]  # one file, or its shards' files: together
+        against = [(f"as in {path}", compare_with(path, out, names)) for path in given if path.is_dir()]
+        if alone_files:
+            against.append((f"as in {', '.join(map(str, alone_files))}", compare_with(alone_files, out, names)))
         if not against:
             differences = compare(repos, out, names, options)
             against = [(f"each repository alone ({time.monotonic() - t0:.1f} s)", differences)]

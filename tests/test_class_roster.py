@@ -448,3 +448,30 @@ def test_the_class_benchmark_s_serial_bound_counts_the_profiler_run_not_its_wait
     assert capsys.readouterr().out.strip().splitlines() == [
         "one student at a time per GPU: profiler 3.00 s and timing 1.05 s per student; the class cannot take less than 8 s on 1 GPU(s)",
         "racecheck 1.25 s per student (racecheck runs of separate processes went one at a time on an H100; not in the bound above)"]
+
+
+def test_the_class_benchmark_grades_alone_in_slices_and_compares_them_together(tmp_path):
+    """On a host with several GPUs the alone verdicts come from a process per GPU, each grading a
+    slice of the class built once; compared together they cover every student, and one slice
+    alone names the students it lacks."""
+    import subprocess
+    import sys
+
+    bench = [sys.executable, str(Path(__file__).resolve().parent.parent / "benchmarks" / "grade_class_speed.py"),
+             "--no-gpu", "--students", "6", "-q", "--keep", str(tmp_path)]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*bench, *args], capture_output=True, text=True, timeout=300)
+
+    early = run("--alone-only", "--shard", "1/2")
+    assert early.returncode == 2 and "a class already built" in early.stderr
+    assert run("--no-compare").returncode == 0
+    slices = [subprocess.Popen([*bench, "--resume", "--alone-only", "--shard", f"{i}/2"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL) for i in (1, 2)]
+    assert [one.wait(300) for one in slices] == [0, 0]
+    halves = [json.loads((tmp_path / f"alone-{i}-of-2.json").read_text()) for i in (1, 2)]
+    assert sorted([*halves[0], *halves[1]]) == sorted(d.name for d in (tmp_path / "class").iterdir()) and not set(halves[0]) & set(halves[1])
+    one = run("--resume", "--compare-with", str(tmp_path / "alone-1-of-2.json"))
+    assert "no verdicts for 3 of 6 students" in one.stdout
+    both = run("--resume", "--compare-with", str(tmp_path / "alone-1-of-2.json"), "--compare-with", str(tmp_path / "alone-2-of-2.json"))
+    assert both.returncode == 0 and "no verdicts" not in both.stdout and "every verdict the same as in the class" in both.stdout
