@@ -454,9 +454,6 @@ def test_the_class_benchmark_grades_alone_in_slices_and_compares_them_together(t
     """On a host with several GPUs the alone verdicts come from a process per GPU, each grading a
     slice of the class built once; compared together they cover every student, and one slice
     alone names the students it lacks."""
-    import subprocess
-    import sys
-
     bench = [sys.executable, str(Path(__file__).resolve().parent.parent / "benchmarks" / "grade_class_speed.py"),
              "--no-gpu", "--students", "6", "-q", "--keep", str(tmp_path)]
 

@@ -261,7 +261,7 @@ def test_an_early_run_gets_its_job_through_a_pipe_and_sees_what_was_staged_after
     """The session starts before the labs write their cases: its sandbox binds the staging folder
     at the start, and a file written there later is seen; the job comes through the pipe, whose
     read end stays the caller's, open (the worker gets a copy): closed twice, by the run and by
-    its session, the number could by then be another thread's file, and was."""
+    its session, the number could by then be another thread's file."""
     import json
     import os
     import time
@@ -292,8 +292,8 @@ def test_an_early_run_gets_its_job_through_a_pipe_and_sees_what_was_staged_after
 def test_a_file_opened_while_an_early_session_runs_is_still_open_after_it(monkeypatch, tmp_path):
     """The session's run (a real one-shot run under a stand-in tool) and the session close what is
     each their own: the run closed the session's job pipe, whose number the next file opened took,
-    and the session's close then closed that file (on the GPU, a worker's reply pipe: a reference
-    lost a lab's points)."""
+    and the session's close then closed that file (on the GPU, a worker's reply pipe, most likely
+    what cost a reference a lab's points in a class on four GPUs)."""
     import os
     import time
 
