@@ -33,7 +33,7 @@ from .course.validate import validate
 from .engine.grade import grade
 from .engine.identity import Identity, completed, file_hashes, identify, single_file_hash
 from .engine.repo import grade_repo, repo_labs, submission_rel
-from .errors import GraderError, internal_error_id, internal_error_log
+from .errors import GraderError, internal_error_id, internal_error_log, report_thread_errors
 from .gradebook import diff as class_diff
 from .gradebook import lms
 from .gradebook.grades import read_manifest
@@ -326,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "diff": cmd_diff, "validate": cmd_validate, "readme": cmd_readme, "collect": cmd_collect,
         "labs": cmd_labs, "check-lab": cmd_check_lab, "completion": cmd_completion, "release": cmd_release,
     }[args.command]
+    report_thread_errors()
     try:
         use_labs(args.labs_dir)
         look_in_repo(None)

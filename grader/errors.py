@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
+import threading
 import traceback
 import uuid
 from pathlib import Path
@@ -64,3 +66,19 @@ def internal_error_log() -> Path:
     """Where internal errors' traces go: ``GRADER_LOG``, else the grader's folder in the user's
     cache (which follows ``XDG_CACHE_HOME``, as the build cache does)."""
     return Path(os.environ.get("GRADER_LOG") or user_cache_dir() / "internal-errors.log")
+
+
+def report_thread_errors() -> None:
+    """Show an exception that ends one of the grader's threads as one line with a short id, its
+    trace in the log, as the command's own internal errors are (Python's default prints the whole
+    trace among the grading's output)."""
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is None or isinstance(args.exc_value, SystemExit):
+            return
+        log = internal_error_log()
+        short = internal_error_id(args.exc_value, log)
+        thread = args.thread.name if args.thread is not None else "a thread"
+        print(f"internal error {short} in the grader's thread {thread}: {args.exc_type.__name__}: {args.exc_value} "
+              f"(full trace in {log})", file=sys.stderr)
+
+    threading.excepthook = hook

@@ -349,6 +349,34 @@ def test_output_cut_short_by_its_reader_is_not_an_internal_error():
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_a_failing_thread_of_the_grader_shows_one_line_and_logs_its_trace(tmp_path):
+    """A class run printed whole traces from a thread that ended its workers, among the progress:
+    now one line with a short id, as the command's own internal errors, and the trace in the log."""
+    log = tmp_path / "internal.log"
+    script = ("import threading\nfrom grader.errors import report_thread_errors\nreport_thread_errors()\n"
+              "def fail():\n    raise ValueError('a descriptor that was not open')\n"
+              "t = threading.Thread(target=fail, name='teardown')\nt.start()\nt.join()\nprint('went on')\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GRADER_LOG": str(log)})
+    assert proc.returncode == 0 and proc.stdout == "went on\n"
+    [line] = proc.stderr.splitlines()
+    short = line.split()[2]
+    assert line == (f"internal error {short} in the grader's thread teardown: ValueError: a descriptor that was not open "
+                    f"(full trace in {log})")
+    trace = log.read_text()
+    assert f"--- internal error {short}" in trace and "Traceback" in trace and "in fail" in trace
+
+
+def test_every_command_reports_failing_threads_so(monkeypatch, capsys):
+    import threading
+
+    from grader import cli
+
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)  # restored after the test
+    assert cli.main(["labs"]) == 0
+    assert threading.excepthook.__qualname__.startswith("report_thread_errors")
+
+
 def test_every_argument_of_every_command_says_what_it_is():
     import argparse
 

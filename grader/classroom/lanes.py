@@ -26,6 +26,7 @@ from typing import Any, Callable
 import psutil
 
 from ..engine.rehearsal import rehearse_timings
+from ..errors import report_thread_errors
 from ..host import gpulock, gputurns, health
 from ..host.gpus import GpuSlot
 from ..host.procgroup import GONE, ended, kill_tree
@@ -76,6 +77,7 @@ _LANE: dict[str, Any] = {}
 def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inherit.Inherited, seat: int = 0,
                 root: int | None = None, per_gpu: int = 1) -> None:
     inherit.adopt(inherited)
+    report_thread_errors()  # a thread of the lane's that fails says so in one line, not a trace among the progress
     stopping.install()  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
