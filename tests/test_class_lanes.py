@@ -251,3 +251,35 @@ def test_builds_run_at_a_lower_priority_than_grading_and_what_they_start_inherit
         niced = pool.submit(child_nice).result()
     assert niced >= scheduler.BUILD_NICENESS and niced > before
     assert os.getpriority(os.PRIO_PROCESS, 0) == before  # the grading thread keeps its priority
+
+
+def _failing_thread() -> str:
+    """In a lane's process: a thread that fails (as the one ending a student's workers once did)."""
+    import threading
+
+    def fail() -> None:
+        raise ValueError("a descriptor that was not open")
+
+    thread = threading.Thread(target=fail, name="teardown")
+    thread.start()
+    thread.join()
+    return threading.excepthook.__qualname__
+
+
+def test_a_failing_thread_in_a_lane_shows_one_line_and_logs_its_trace(tmp_path, capfd, monkeypatch):
+    import multiprocessing
+
+    from grader.classroom.lanes import GpuLane
+
+    log = tmp_path / "internal.log"
+    monkeypatch.setenv("GRADER_LOG", str(log))
+    manager = multiprocessing.get_context("spawn").Manager()
+    try:
+        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
+        assert lane.pool.submit(_failing_thread).result(timeout=120).startswith("report_thread_errors")
+        lane.close()
+    finally:
+        manager.shutdown()
+    err = capfd.readouterr().err
+    assert "in the grader's thread teardown: ValueError: a descriptor that was not open" in err and "Traceback" not in err, err
+    assert "Traceback" in log.read_text()
