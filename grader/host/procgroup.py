@@ -128,31 +128,29 @@ def _members(pgid: int) -> list[psutil.Process]:
     return found
 
 
-def _parents() -> dict[int, int]:
-    """Each process's parent, read from /proc/PID/stat (one that cannot be read is left out: psutil's
-    own table raises out of the whole walk for it)."""
-    found = {}
+def _children() -> dict[int, list[int]]:
+    """Each process's children, by id, read from /proc/PID/stat (one that cannot be read is left
+    out: psutil's own table raises out of the whole walk for it)."""
+    found: dict[int, list[int]] = {}
     for pid in psutil.pids():
         try:
             stat = Path(f"/proc/{pid}/stat").read_bytes()
-            found[pid] = int(stat[stat.rindex(b")") + 2:].split()[1])  # the name, in brackets, may hold anything
+            parent = int(stat[stat.rindex(b")") + 2:].split()[1])  # the name, in brackets, may hold anything
         except (OSError, ValueError, IndexError):
             continue
+        found.setdefault(parent, []).append(pid)
     return found
 
 
-def _below(proc: psutil.Process) -> list[psutil.Process]:
-    """Every process below ``proc``, found by walking down from its id (those that exit as they are
-    read are left out)."""
+def _below(proc: psutil.Process, children: dict[int, list[int]] | None = None) -> list[psutil.Process]:
+    """Every process below ``proc``, found by walking down from its id in ``children`` (read now
+    where not given; those that exit as they are read are left out)."""
     try:
         if not proc.is_running():  # exited and reaped: its number may be another's, whose children are not ours
             return []
     except GONE:
         pass  # its entry there but unreadable as it exits: the number is still its own
-    parents = _parents()
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
+    children = _children() if children is None else children
     found, todo = [], list(children.get(proc.pid, ()))
     while todo:
         pid = todo.pop()
@@ -170,8 +168,9 @@ def live_members(pgid: int) -> list[int]:
 def _tree(pgid: int) -> list[psutil.Process]:
     """The live processes of group ``pgid`` and every live process below them."""
     tree = {proc.pid: proc for proc in _members(pgid)}
+    children = _children()  # (one read of the table for every member)
     for proc in list(tree.values()):
-        for child in _below(proc):
+        for child in _below(proc, children):
             if _alive(child):
                 tree.setdefault(child.pid, child)
     return list(tree.values())
