@@ -186,31 +186,23 @@ def compare(repos: Path, out: Path, names: list[str], options: GradeOptions) -> 
     return [line for name in names for line in differ(name, alone_verdicts(repos / name, options), in_class_verdicts(out, name))]
 
 
-def saved_alone(files: list[Path]) -> dict[str, Any]:
-    """The verdicts ``--alone-only`` saved, in one file or in its shards' files taken together."""
-    earlier: dict[str, Any] = {}
-    for file in files:
-        earlier.update(json.loads(file.read_text()))
-    return earlier
-
-
-def compare_with(saved: Path | list[Path], out: Path, names: list[str]) -> list[Difference]:
-    """Each student's verdicts in the class against those ``--alone-only`` saved (JSON files, its
-    shards' together), or those of another class run (its results folder: a regrade)."""
-    if isinstance(saved, Path) and saved.is_dir():
-        earlier: dict[str, Any] = {n: in_class_verdicts(saved, n) for n in names if (saved / "students" / n / "report.json").is_file()}
+def compare_with(saved: list[Path], out: Path, names: list[str]) -> list[Difference]:
+    """Each student's verdicts in the class against those of another class run (``saved`` is its
+    results folder: a regrade), or those ``--alone-only`` saved (JSON files: its slices' together)."""
+    if len(saved) == 1 and saved[0].is_dir():
+        earlier: dict[str, Any] = {n: in_class_verdicts(saved[0], n) for n in names if (saved[0] / "students" / n / "report.json").is_file()}
+        before = "in the earlier run"
     else:
-        saved = [saved] if isinstance(saved, Path) else saved
-        earlier = saved_alone(saved)
+        earlier, before = {}, "alone"
+        for file in saved:
+            earlier.update(json.loads(file.read_text()))
     missing = [n for n in names if n not in earlier]
     if missing:
-        print(f"{', '.join(map(str, saved)) if isinstance(saved, list) else saved}: no verdicts for "
-              f"{len(missing)} of {len(names)} students ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); "
-              "they are not compared")
+        print(f"{', '.join(map(str, saved))}: no verdicts for {len(missing)} of {len(names)} students "
+              f"({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}); they are not compared")
 
     def verdicts(saved: Any) -> list[Verdict] | str:
         return saved if isinstance(saved, str) else [(a, b, c, d) for a, b, c, d in saved]
-    before = "alone" if isinstance(saved, list) else "in the earlier run"
     return [line for name in names if name in earlier for line in differ(name, verdicts(earlier[name]), in_class_verdicts(out, name), before)]
 
 
@@ -419,7 +411,7 @@ def main() -> int:
         t0 = time.monotonic()
         given = args.compare_with or []
         alone_files = [path for path in given if not path.is_dir()]  # one file, or its shards' files: together
-        against = [(f"as in {path}", compare_with(path, out, names)) for path in given if path.is_dir()]
+        against = [(f"as in {path}", compare_with([path], out, names)) for path in given if path.is_dir()]
         if alone_files:
             against.append((f"as in {', '.join(map(str, alone_files))}", compare_with(alone_files, out, names)))
         if not against:
