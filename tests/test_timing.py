@@ -99,6 +99,8 @@ class _TimingWorker:
         self.out_of_memory = 0  # opens that fail for want of GPU memory
         self.events = []  # (kind, time) of every task
         self.tasks = []
+        #: the reply of the k-th timed call of a library: (ms, wall_ms, the round trip in seconds)
+        self.reply = lambda lib, k: (1.0, 1.01, 0.0011)
 
     def run(self, task, limit, fds=()):
         self.tasks.append(task)
@@ -117,20 +119,23 @@ class _TimingWorker:
             loading = all(lib != task["lib"] for lib, _ in self.samples)
             self.samples.append((task["lib"], task["gated"]))
             gate = self.gate_for.get(task["lib"], "expired" if loading else "held") if task["gated"] else "off"
-            return TaskResult("ok", {"ms": 1.0, "wall_ms": 1.01, "gate": gate}, seconds=0.0011)
+            ms, wall_ms, seconds = self.reply(task["lib"], sum(lib == task["lib"] for lib, _ in self.samples) - 1)
+            return TaskResult("ok", {"ms": ms, "wall_ms": wall_ms, "gate": gate}, seconds=seconds)
         if task["kind"] == Kind.TIMING_CLOSE.value and task["out_dir"]:
             return TaskResult("ok", {"check_outputs": {"P": "timed_output_P.npy"}, "check_inputs": {"M": "timed_input_M.npy"},
                                      "inputs_modified": []})
         return TaskResult("ok", {})
 
 
-def _measure(tmp_path, monkeypatch, student_gate=None):
+def _measure(tmp_path, monkeypatch, student_gate=None, student_reply=None):
     monkeypatch.setattr(timing, "baseline_library", lambda spec, name, archs, cache: tmp_path / f"{name}.so")
     spec = find_lab("tiled_matmul")
     deadline = time.monotonic() + 60
     sub = SimpleNamespace(spec=spec, secret="s", archs=("sm_90",), cache_dir=tmp_path, library=tmp_path / "student.so", gpu=None,
                           time_left=lambda limit=math.inf: max(0.0, min(limit, deadline - time.monotonic())))
     student = _TimingWorker(tmp_path, {"student": student_gate} if student_gate else None)
+    if student_reply:
+        student.reply = student_reply
     baselines = _TimingWorker(tmp_path)
     return timing.measure(sub, student, baselines), student, baselines
 
@@ -187,6 +192,39 @@ def test_a_gate_that_does_not_hold_for_the_student_ends_the_gate_for_every_kerne
     assert not any(gated for _, gated in student.samples[2:])  # none after used it
     assert baselines.samples[-1][1] is False
     assert all(len(s) >= 10 for s in m.samples.values())  # measured again from the start, all without it
+
+
+def _stalled_every_third(lib, k):
+    """A host that stalls one call in three (a driver lock held while another GPU's process
+    starts): the round trip takes 40 ms, the kernel's own time is right."""
+    return (1.0, 1.01, 0.040 if k % 3 == 2 else 0.0011)
+
+
+def test_a_sample_whose_round_trip_a_stalled_host_stretched_is_taken_again_not_raised(tmp_path, monkeypatch):
+    m, student, _ = _measure(tmp_path, monkeypatch, student_reply=_stalled_every_third)
+    assert m.by_clock == 0 and m.by_wall == 0
+    assert m.samples["student"] and set(m.samples["student"]) == {1.0}  # not one raised to 40 ms
+    assert m.retaken["student"] > 0 and m.retaken["naive"] == m.retaken["reference"] == 0
+    measured = [k for k, (lib, gated) in enumerate(student.samples) if lib == "student" and gated]
+    assert len(measured) >= len(m.samples["student"]) + m.retaken["student"]
+
+
+def test_a_sample_that_ran_late_once_is_taken_again_and_one_late_every_time_is_timed_by_the_wall(tmp_path, monkeypatch):
+    m, _, _ = _measure(tmp_path, monkeypatch, student_reply=lambda lib, k: (1.0, 9.0, 0.0095) if k % 4 == 3 else (1.0, 1.01, 0.0011))
+    assert m.by_wall == 0 and set(m.samples["student"]) == {1.0} and m.retaken["student"] > 0
+    m, student, _ = _measure(tmp_path, monkeypatch, student_reply=lambda lib, k: (1.0, 9.0, 0.0095))
+    n = len(m.samples["student"])
+    assert m.by_wall == n and set(m.samples["student"]) == {9.0}
+    assert m.retaken["student"] == timing.RETAKES * n  # each sample tried again, then taken as it is
+
+
+def test_a_forged_time_is_taken_again_and_still_raised_to_the_round_trip(tmp_path, monkeypatch):
+    """A worker that reports 0.1 ms for calls the grader's clock saw take 5 ms: taking it again
+    gains it nothing, and the samples that stand are bounded, so the run is an error."""
+    m, _, _ = _measure(tmp_path, monkeypatch, student_reply=lambda lib, k: (0.1, 0.11, 0.005))
+    n = len(m.samples["student"])
+    assert m.by_clock == n and min(m.samples["student"]) > 4.0
+    assert m.retaken["student"] >= timing.RETAKES * (n - 1)  # the first round has no baseline overhead yet
 
 
 def test_the_measurement_says_how_long_opening_sampling_and_closing_took(tmp_path, monkeypatch):

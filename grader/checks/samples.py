@@ -103,6 +103,24 @@ ROUND_TRIP_SLACK_FRACTION = 0.02
 #: sampling: the speed checks are scored from what was taken (a kernel that prints from every
 #: thread can take seconds per call, and more samples would not change its score).
 TOO_SLOW_FACTOR = 50.0
+#: A sample that looks disturbed (its work finished after the launcher returned, or its round trip
+#: far longer than the time it reports) is taken again up to this many times before it stands. A
+#: stall of the host (a driver lock held while another GPU's process starts, seen on a host of four
+#: H200s) disturbs one call and not the next; a launcher that defers its work, or a forged time,
+#: disturbs every call, and its last try is bounded as before.
+RETAKES = 3
+
+
+def round_trip_allowance(trusted: list[tuple[list[float], list[float]]]) -> float | None:
+    """How much of a call's round trip may be overhead (messages, dispatch): the trusted workers'
+    largest (``trusted``: their walls and round trips, ms), plus slack; None before any call."""
+    overheads = [trip - wall for walls, ts in trusted for wall, trip in zip(walls, ts)]
+    return max(overheads) + ROUND_TRIP_SLACK_MS if overheads else None
+
+
+def round_trip_floor(trip: float, allowance: float) -> float:
+    """The least time a call with this round trip may report (see :func:`round_trip_allowance`)."""
+    return trip * (1 - ROUND_TRIP_SLACK_FRACTION) - allowance
 
 
 def bound_by_round_trips(samples: list[float], trips: list[float], trusted: list[tuple[list[float], list[float]]]) -> int:
@@ -112,13 +130,12 @@ def bound_by_round_trips(samples: list[float], trips: list[float], trusted: list
     trip of every call. A trusted worker's calls show how much of a round trip is overhead
     (messages, dispatch): the student's time is at least its round trip less that overhead
     (its largest, plus slack, plus a fraction of the round trip). Returns how many samples were raised."""
-    overheads = [trip - wall for walls, ts in trusted for wall, trip in zip(walls, ts)]
-    if not overheads:
+    allowance = round_trip_allowance(trusted)
+    if allowance is None:
         return 0
-    allowance = max(overheads) + ROUND_TRIP_SLACK_MS
     raised = 0
     for i, (reported, trip) in enumerate(zip(samples, trips)):
-        floor = trip * (1 - ROUND_TRIP_SLACK_FRACTION) - allowance
+        floor = round_trip_floor(trip, allowance)
         if reported < floor:
             samples[i] = floor
             raised += 1

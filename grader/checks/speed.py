@@ -120,6 +120,7 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
             if device.get("peak_dram_gbps"):
                 row["pct_dram_peak"] = round(100 * row["gbps"] / device["peak_dram_gbps"], 1)
         row["noisy"] = n in m.noisy
+        row["samples_taken_again"] = m.retaken.get(n, 0)
         timings[n] = row
     timings["student"]["samples_timed_by_wall_clock"] = m.by_wall
     timings["student"]["samples_bounded_by_round_trip"] = m.by_clock

@@ -20,7 +20,18 @@ from ..isolation.submission import Submission
 from ..labspec.spec import Benchmark, LabSpec, Timing
 from ..worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
 from .correctness import launcher_spec
-from .samples import WALL_MARGIN_MS, WALL_SLACK, bound_by_round_trips, cannot_settle, far_too_slow, should_stop, summarize
+from .samples import (
+    RETAKES,
+    WALL_MARGIN_MS,
+    WALL_SLACK,
+    bound_by_round_trips,
+    cannot_settle,
+    far_too_slow,
+    round_trip_allowance,
+    round_trip_floor,
+    should_stop,
+    summarize,
+)
 
 #: Where the trusted worker saves the last timed call's inputs and outputs (in its outbox).
 CLOSING_FOLDER = "timing"
@@ -58,6 +69,7 @@ class Measurement:
     inputs: tuple[Path, dict[str, str]] | None = None
     by_wall: int = 0  # student samples timed by the wall clock
     by_clock: int = 0  # student samples raised to the grader's round trip
+    retaken: dict[str, int] = field(default_factory=dict)  # samples taken again, per kernel (see ``RETAKES``)
     noisy: list[str] = field(default_factory=list)
     stopped_early: bool = False  # the student's kernel was far too slow to sample further
     gated: bool = True  # every call was timed behind a timing gate (see worker.sampling.Gate)
@@ -128,7 +140,8 @@ class TimedRun:
         self.baselines = baselines_of(self.bench)
         self.owner = {**{b: baselines_worker for b in self.baselines}, "student": worker}
         self.names = [*self.baselines, "student"]
-        self.m = Measurement({n: [] for n in self.names}, {n: [] for n in self.names}, {n: [] for n in self.names})
+        self.m = Measurement({n: [] for n in self.names}, {n: [] for n in self.names}, {n: [] for n in self.names},
+                             retaken={n: 0 for n in self.names})
         self.gpu = key_of(sub.gpu)  # a GPU's timings take turns
         self.open_s = 0.0
         #: the trusted worker's session that owns the student's buffers (refilled and read there)
@@ -226,6 +239,23 @@ class TimedRun:
         return m
 
     def _take(self, n: str, gated: bool) -> None:
+        """One sample of ``n``; a gated one that looks disturbed is taken again (see ``RETAKES``)."""
+        m = self.m
+        for attempt in range(RETAKES + 1):
+            reported, late, wall, trip = self._call_timed(n, gated)
+            if not gated or attempt == RETAKES or not self._disturbed(n, reported, late, trip):
+                break
+            m.retaken[n] += 1
+        m.samples[n].append(reported)
+        m.walls[n].append(wall)
+        m.trips[n].append(trip)
+        m.by_wall += late and n == "student"
+        if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in self.baselines]):
+            raise _FarTooSlow
+
+    def _call_timed(self, n: str, gated: bool) -> tuple[float, bool, float, float]:
+        """One timed call of ``n``: its time (by the wall clock where it ran late), whether it did,
+        its wall time and the grader's round trip, in ms."""
         m = self.m
         if n == "student":
             self._shared(timing_prepare(n))  # fresh inputs in the student's buffers, by the trusted worker
@@ -238,12 +268,15 @@ class TimedRun:
             m.gate_note = str(data.get("gate", "no gate"))[:300]  # the student's worker says it: bounded
             raise _Ungated
         late = data["wall_ms"] > data["ms"] * WALL_SLACK + WALL_MARGIN_MS
-        m.samples[n].append(data["wall_ms"] if late else data["ms"])
-        m.walls[n].append(data["wall_ms"])
-        m.trips[n].append(result.seconds * 1e3)
-        m.by_wall += late and n == "student"
-        if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in self.baselines]):
-            raise _FarTooSlow
+        return (data["wall_ms"] if late else data["ms"]), late, data["wall_ms"], result.seconds * 1e3
+
+    def _disturbed(self, n: str, reported: float, late: bool, trip: float) -> bool:
+        """Whether a sample ran late, or (the student's) reports less than its round trip allows
+        by the baselines' calls so far."""
+        if late or n != "student":
+            return late
+        allowance = round_trip_allowance([(self.m.walls[b], self.m.trips[b]) for b in self.baselines])
+        return allowance is not None and reported < round_trip_floor(trip, allowance)
 
 
 def measure(sub: Submission, worker: WorkerSession, baselines_worker: WorkerSession) -> Measurement:
@@ -268,6 +301,7 @@ def _sample(m: Measurement, names: list[str], take: Callable[[str, bool], None],
         for n in names:
             for series in (m.samples, m.walls, m.trips):
                 series[n].clear()
+            m.retaken[n] = 0
         m.by_wall = 0
         t_start = time.monotonic()
         while not should_stop(m.samples, time.monotonic() - t_start, min_samples=cfg.min_samples,
