@@ -472,3 +472,10 @@ def test_the_class_benchmark_grades_alone_in_slices_and_compares_them_together(t
     assert "no verdicts for 3 of 6 students" in one.stdout
     both = run("--resume", "--compare-with", str(tmp_path / "alone-1-of-2.json"), "--compare-with", str(tmp_path / "alone-2-of-2.json"))
     assert both.returncode == 0 and "no verdicts" not in both.stdout and "every verdict the same as in the class" in both.stdout
+
+
+def test_the_context_start_benchmark_says_it_needs_a_gpu_where_none_is_visible():
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "context_starts.py"
+    done = subprocess.run([sys.executable, str(script), "--rounds", "1"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 1 and done.stdout.startswith("needs a CUDA GPU") and "Traceback" not in done.stderr
