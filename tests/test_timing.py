@@ -218,6 +218,14 @@ def test_a_sample_that_ran_late_once_is_taken_again_and_one_late_every_time_is_t
     assert m.retaken["student"] == timing.RETAKES * n  # each sample tried again, then taken as it is
 
 
+def test_a_sample_far_too_slow_ends_the_sampling_without_being_taken_again(tmp_path, monkeypatch):
+    """A late call that is also 200x the baselines' (a kernel printing from every thread) ends the
+    sampling at once: taking it again would only cost more of its seconds."""
+    m, student, _ = _measure(tmp_path, monkeypatch, student_reply=lambda lib, k: (200.0, 400.0, 0.41) if k >= 3 else (1.0, 1.01, 0.0011))
+    assert m.stopped_early and m.retaken["student"] == 0
+    assert sum(lib == "student" for lib, _ in student.samples) == 4
+
+
 def test_a_forged_time_is_taken_again_and_still_raised_to_the_round_trip(tmp_path, monkeypatch):
     """A worker that reports 0.1 ms for calls the grader's clock saw take 5 ms: taking it again
     gains it nothing, and the samples that stand are bounded, so the run is an error."""

@@ -243,14 +243,15 @@ class TimedRun:
         m = self.m
         for attempt in range(RETAKES + 1):
             reported, late, wall, trip = self._call_timed(n, gated)
-            if not gated or attempt == RETAKES or not self._disturbed(n, reported, late, trip):
+            too_slow = n == "student" and far_too_slow(reported, [m.samples[b] for b in self.baselines])
+            if too_slow or not gated or attempt == RETAKES or not self._disturbed(n, reported, late, trip):
                 break
             m.retaken[n] += 1
         m.samples[n].append(reported)
         m.walls[n].append(wall)
         m.trips[n].append(trip)
         m.by_wall += late and n == "student"
-        if n == "student" and far_too_slow(m.samples[n][-1], [m.samples[b] for b in self.baselines]):
+        if too_slow:
             raise _FarTooSlow
 
     def _call_timed(self, n: str, gated: bool) -> tuple[float, bool, float, float]:
