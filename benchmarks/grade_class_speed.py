@@ -250,6 +250,16 @@ def print_gate_waits(out: Path) -> None:
     print(f"health gate: held {len(held)} of {len(waits)} timings back, {sum(held):.1f} s in all")
 
 
+def print_retakes(out: Path) -> None:
+    """How often a timed call looked disturbed and was taken again, and how many of the students'
+    samples still had to be raised to the grader's round trip (from the reports)."""
+    timed = [t for lab in _labs(out) for name, t in lab.get("timings", {}).items() if name != "_device" and isinstance(t, dict)]
+    again = sum(int(t.get("samples_taken_again", 0)) for t in timed)
+    raised = sum(int(t.get("samples_bounded_by_round_trip", 0)) for t in timed)
+    print(f"timing: {again} samples taken again over {len(timed)} timed kernels; {raised} of the students' samples raised "
+          "to the grader's round trip")
+
+
 def print_stages(out: Path) -> None:
     """Where the time went: each stage's seconds summed over every lab of every student (a
     student's labs overlap one another, the timing's phases do not)."""
@@ -310,6 +320,7 @@ def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1) 
     if on_gpu:
         print_busy(sampler)
         print_gate_waits(out)
+        print_retakes(out)
         print_serial(out, gpus)
     print_stages(out)
     for line in slowest(out / LANES_LOG):

@@ -479,3 +479,17 @@ def test_the_context_start_benchmark_says_it_needs_a_gpu_where_none_is_visible()
     done = subprocess.run([sys.executable, str(script), "--rounds", "1"], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 1 and done.stdout.startswith("needs a CUDA GPU") and "Traceback" not in done.stderr
+
+
+def test_the_class_benchmark_counts_the_samples_taken_again_and_those_still_raised(tmp_path, capsys):
+    bench = _class_benchmark()
+    labs = [{"timings": {"_device": {"name": "GPU"}, "reference": {"samples_taken_again": 2},
+                         "student": {"samples_taken_again": 1, "samples_bounded_by_round_trip": 1}}},
+            {"timings": {"naive": {"samples_taken_again": 0}, "student": {"samples_taken_again": 3}}},
+            {"timings": {}}]  # a lab not timed
+    folder = tmp_path / "students" / "alice"
+    folder.mkdir(parents=True)
+    (folder / "report.json").write_text(json.dumps({"labs": labs}))
+    bench.print_retakes(tmp_path)
+    assert capsys.readouterr().out.strip() == (
+        "timing: 6 samples taken again over 4 timed kernels; 1 of the students' samples raised to the grader's round trip")
