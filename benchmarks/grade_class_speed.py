@@ -381,7 +381,8 @@ def main() -> int:
         names = build_class(repos, count)
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
     if args.alone_only:
-        mine = [n for n in names if shard is None or n in shard.select(names)]
+        chosen = shard.select(names) if shard else set(names)
+        mine = [n for n in names if n in chosen]
         return grade_alone(repos, mine, options, work / (f"alone-{shard.index}-of-{shard.count}.json" if shard else "alone.json"))
     slots = gpu_slots(options, args.gpus)
     print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; {args.per_gpu} per GPU; lanes: "
