@@ -32,17 +32,23 @@ from grader.outcome import Stage  # noqa: E402
 EDITED = "tiled_matmul"  # the lab whose file the edited run changes
 
 
+def solutions_repo(solution: str = "reference", prefix: str = "grade-repo-bench-") -> Path:
+    """A new repository (in a temporary folder) of every lab's ``solution`` ("reference" or "stub")."""
+    repo = Path(tempfile.mkdtemp(prefix=prefix))
+    for lab_id in lab_ids():
+        spec = find_lab(lab_id)
+        target = submission_path(repo, lab_id)
+        target.parent.mkdir(parents=True)
+        shutil.copy(spec.files.reference if solution == "reference" else spec.files.stub, target)
+    return repo
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--regrades", type=int, default=3)
     p.add_argument("--solution", choices=("reference", "stub"), default="reference")
     args = p.parse_args()
-    repo = Path(tempfile.mkdtemp(prefix="grade-repo-bench-"))
-    for lab_id in lab_ids():
-        spec = find_lab(lab_id)
-        target = submission_path(repo, lab_id)
-        target.parent.mkdir(parents=True)
-        shutil.copy(spec.files.reference if args.solution == "reference" else spec.files.stub, target)
+    repo = solutions_repo(args.solution, "grade-repo-bench-")
     cache = Path(tempfile.mkdtemp(prefix="grade-repo-bench-cache-"))
     os.environ["GRADER_CACHE_DIR"] = str(cache)
     options = GradeOptions(cache_dir=cache)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.grade_repo_speed import solutions_repo  # noqa: E402
 from grader.checks import counterbatch  # noqa: E402
 from grader.checks.counterbatch import Request  # noqa: E402
 from grader.checks.counters import kernel_rows, run_profiler  # noqa: E402
@@ -43,7 +43,6 @@ from grader.engine import repo as repo_module  # noqa: E402
 from grader.engine import traffic  # noqa: E402
 from grader.host.gpus import nvml_devices, visible  # noqa: E402
 from grader.isolation.options import GradeOptions  # noqa: E402
-from grader.labspec.labs import find_lab, lab_ids  # noqa: E402
 from grader.labspec.spec import split_metrics  # noqa: E402
 from grader.worker.protocol import marked_tasks  # noqa: E402
 
@@ -101,11 +100,7 @@ def main() -> int:
     if not visible(nvml_devices(), os.environ.get("CUDA_VISIBLE_DEVICES")):
         print("needs a CUDA GPU: NVML lists none (no driver, or CUDA_VISIBLE_DEVICES hides them all)")
         return 1
-    repo = Path(tempfile.mkdtemp(prefix="profiler-cost-"))
-    for lab_id in lab_ids():
-        target = repo_module.submission_path(repo, lab_id)
-        target.parent.mkdir(parents=True)
-        shutil.copy(find_lab(lab_id).files.reference, target)
+    repo = solutions_repo("reference", "profiler-cost-")
     cache = Path(tempfile.mkdtemp(prefix="profiler-cost-cache-"))
     os.environ["GRADER_CACHE_DIR"] = str(cache)
     options = GradeOptions(cache_dir=cache, sanitizers=False, reuse_tool_runs=False)
