@@ -7,6 +7,7 @@ to what this module generates, so they cannot drift from the YAML.
 
 from __future__ import annotations
 
+import re
 import string
 from pathlib import Path
 from typing import Mapping
@@ -15,6 +16,7 @@ from ..checks import sanitizer
 from ..checks.sass import REQUIREMENT_TEXT
 from ..engine.plan import course_only_ids, launcher_prototype, planned_checks
 from ..errors import GraderError
+from ..isolation.compilerlog import offered_names
 from ..labspec.spec import LabSpec, ParamValue
 from ..outcome import fmt_points
 from .validate import load_solutions
@@ -157,6 +159,21 @@ def common_failures(spec: LabSpec) -> str:
     return "\n".join(lines)
 
 
+def provided_names(spec: LabSpec) -> str:
+    """What the header declares besides the launcher, and that a student's own declaration wins."""
+    header = spec.files.header.read_bytes()
+    names = offered_names(header)
+    if not names:
+        return f"`{spec.files.header.name}` declares nothing else: every other name in your file is your own."
+    decls = []
+    for name in names:
+        found = re.search(rb"^\s*(?!#)([^\n]*\b" + re.escape(name.encode()) + rb"\b[^\n]*;)", header, re.MULTILINE)
+        decls.append(f"`{found.group(1).decode().strip()}`" if found else f"`{name}`")
+    return (f"`{spec.files.header.name}` also declares {', '.join(decls)}. Declare "
+            f"{'it' if len(names) == 1 else 'any of them'} yourself if you like (a `#define` or a constant): "
+            "the header's then steps aside and yours is used.")
+
+
 def render(spec: LabSpec) -> str:
     if not spec.has_course_files:
         raise GraderError("this lab is a student bundle: its README is written from the course repository",
@@ -170,6 +187,7 @@ def render(spec: LabSpec) -> str:
         lab=spec.id,
         header=spec.files.header.name,
         prototype=launcher_prototype(spec),
+        provided=provided_names(spec),
         task=(spec.task or "(no task text in lab.yaml)").strip(),
         points=fmt_points(spec.max_points),
         grading=grading_section(spec).strip(),

@@ -24,7 +24,7 @@ from ..host.safeio import SOURCE_LIMIT_BYTES, read_file
 from ..labspec.spec import LabSpec
 from ..outcome import KernelResources, SourceLocation
 from ..textutil import CappedOutput
-from .compilerlog import error_location, parse_ptxas, student_log, summarize_errors
+from .compilerlog import error_location, offered_names, own_names, parse_ptxas, student_log, summarize_errors
 from .sandbox import Sandbox, confined_env
 
 SUPPORT_SOURCE = Path(__file__).parent.parent / "cuda" / "support.cu"
@@ -98,8 +98,10 @@ def build(
         return BuildResult(ok=False, library=None, message=unusable, log="", kernels=(), archs=archs, cached=False,
                            seconds=time.monotonic() - started)
     header_bytes, support_bytes = header.read_bytes(), SUPPORT_SOURCE.read_bytes()
+    # a name the header offers (NUM_BINS) that the student declares too is the student's own
     cmd_flags = [
         *flags,
+        *(f"-DGRADER_OWN_{name}" for name in own_names(src_bytes, offered_names(header_bytes))),
         *gencode_flags(archs),
         "-shared",
         "-Xcompiler",

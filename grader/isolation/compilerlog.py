@@ -95,6 +95,32 @@ def error_location(log: str, student_file: str) -> SourceLocation | None:
     return None
 
 
+#: How an interface header offers a name a student may declare themselves: the header's
+#: declaration stands inside ``#ifndef GRADER_OWN_<NAME>``, and the build defines that macro when
+#: the student's file declares NAME (a ``#define``, a ``const``/``constexpr`` variable, an enumerator).
+_OFFERED = re.compile(rb"^[ \t]*#[ \t]*ifndef[ \t]+GRADER_OWN_([A-Za-z_]\w*)", re.MULTILINE)
+_COMMENT_OR_TEXT = re.compile(rb'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL)
+
+
+def offered_names(header: bytes) -> tuple[str, ...]:
+    """The names the interface header declares only where the student's file does not."""
+    return tuple(dict.fromkeys(m.group(1).decode() for m in _OFFERED.finditer(header)))
+
+
+def own_names(source: bytes, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Which of ``names`` the student's file declares itself (comments and strings left out):
+    ``#define NAME``, or NAME followed by ``=`` (not ``==``) or ``{`` as in ``constexpr int NAME = 7;``,
+    ``const int NAME{15};`` or ``enum { NAME = 7 }``."""
+    code = _COMMENT_OR_TEXT.sub(b" ", source)
+    found = []
+    for name in names:
+        n = re.escape(name.encode())
+        if re.search(rb"^[ \t]*#[ \t]*define[ \t]+" + n + rb"\b", code, re.MULTILINE) or \
+                re.search(rb"(?<![\w.>:])" + n + rb"\s*(=(?!=)|\{)", code):
+            found.append(name)
+    return tuple(found)
+
+
 def summarize_errors(output: str, display: str) -> str:
     """One line naming the first error and where it is."""
     log = student_log(output, max_lines=10_000)
