@@ -410,3 +410,17 @@ def test_a_repository_runs_each_sanitizer_once_for_its_labs_with_the_verdicts_of
         LOG_DIR.mkdir(parents=True, exist_ok=True)
         (LOG_DIR / "sanitizer-shared.txt").write_text("\n".join(f"{lab} {cid} {c.outcome.value} {c.measured}"
                                                                  for lab, checks in together.items() for cid, c in checks.items()))
+
+
+@pytest.mark.gpu
+def test_a_kernel_reading_shared_memory_it_never_wrote_fails_every_grade():
+    """Shared memory holds the grader's pattern before every correctness call, so unzeroed
+    privatized bins are wrong in every one of ten grades (at 40901fe they passed every case), and a
+    tile read one past what was loaded is wrong too."""
+    for _ in range(10):
+        checks = _grade_known("histogram", "wrong/unzeroed_shared_bins.cu", timing=False, counters=False, sanitizers=False)
+        cases = {cid: c for cid, c in checks.items() if cid.startswith("correctness[")}
+        assert cases["correctness[empty]"].outcome is Outcome.PASS
+        assert all(c.outcome is Outcome.FAIL for cid, c in cases.items() if cid != "correctness[empty]"), cases
+    checks = _grade_known("tiled_matmul", "wrong/reads_unloaded_padding.cu", timing=False, counters=False, sanitizers=False)
+    assert all(c.outcome is Outcome.FAIL for cid, c in checks.items() if cid.startswith("correctness["))

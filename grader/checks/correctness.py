@@ -23,7 +23,7 @@ from ..isolation.submission import Submission
 from ..labspec.spec import Case, CounterCheck, LabSpec, SanitizerCheck
 from ..outcome import CheckResult, Outcome, Stage
 from ..worker import protocol
-from ..worker.protocol import ArgSpec, LauncherSpec, Status, Task, case_task, drop_task, read_task, share_task, tool_case_task
+from ..worker.protocol import ArgSpec, LauncherSpec, Status, Task, case_task, drop_task, poison_pattern, read_task, share_task, tool_case_task
 from . import compare as oracle
 from .compare import compare
 
@@ -164,7 +164,7 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
     slow_note = ""
     for run in range(case.repeat):
         task = case_task(str(sub.library), launcher_spec(spec), dict(case.params), share, shared.data["buffers"],
-                         guard=spec.correctness.guard_elements)
+                         guard=spec.correctness.guard_elements, poison=poison_pattern(cid, run))
         result = worker.run(task, sub.time_left(spec.correctness.time_limit_s), shared.fds)
         if result.status == Status.TIMEOUT.value and not slow_note:
             result, slow_note = _run_again(sub, worker, trusted, task, shared, result, readings / f"{run}-killed")

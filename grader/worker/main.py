@@ -16,6 +16,7 @@ from . import owned, shared
 from .buffers import Buffers, StudentCudaError, filled_inputs, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
 from .owned import Mapped
+from .poison import fill_shared
 from .protocol import MARK_KERNEL, Kind, Reply, Status, Task, makes_shared, memory_taken
 from .sampling import run_timing
 
@@ -35,6 +36,8 @@ def run_case(cp: Any, task: Task) -> Reply:
         mapped = Mapped(task["share"], task["buffers"], int(cp.cuda.Device().id))
         args = mapped.args(task["launcher"], task["params"], int(task.get("guard", 0)))
     try:
+        if task.get("poison") is not None:  # what the student's kernels find in shared memory
+            fill_shared(cp, int(task["poison"]))
         cp.cuda.Device().synchronize()
         lib.launched(reset=True)
         t0 = time.perf_counter()

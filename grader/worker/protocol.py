@@ -7,6 +7,7 @@ functions below; the worker answers each with a reply whose ``status`` is a :cla
 from __future__ import annotations
 
 import enum
+import zlib
 from typing import Any, TypedDict
 
 
@@ -79,6 +80,7 @@ class Task(TypedDict, total=False):
     guard: int
     memcpy_only: bool
     fill: int  # tool cases: the seed of inputs the worker fills itself (no input files)
+    poison: int  # correctness cases: the pattern shared memory holds before the call (poison.fill_shared)
     problem: str
     seed: int
     measure_copy: bool
@@ -96,12 +98,21 @@ Reply = dict[str, Any]  # {"status": Status value, ...}; the fields each task's 
 
 
 def case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], share: str, buffers: list[SharedBuffer],
-              guard: int = 0) -> Task:
+              guard: int = 0, poison: int | None = None) -> Task:
     """Run the launcher once on the buffers the trusted worker shared as ``share`` (their
-    descriptors arrive on the worker's socket). Reply: ``seconds``, ``kernels_launched`` (names,
-    or None when some launch had none). What the call left in the buffers is read by the
-    trusted worker (``read_task``), never reported by this one."""
-    return Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, share=share, buffers=buffers, guard=guard)
+    descriptors arrive on the worker's socket). With ``poison`` (a 32-bit pattern) every SM's
+    shared memory is filled with it first (``poison.fill_shared``). Reply: ``seconds``,
+    ``kernels_launched`` (names, or None when some launch had none). What the call left in the
+    buffers is read by the trusted worker (``read_task``), never reported by this one."""
+    task = Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, share=share, buffers=buffers, guard=guard)
+    if poison is not None:
+        task["poison"] = poison
+    return task
+
+
+def poison_pattern(case_id: str, run: int) -> int:
+    """The shared-memory pattern of one run of a case: fixed for a case and run, new for each repeat."""
+    return zlib.crc32(f"{case_id}:{run}".encode())
 
 
 def tool_case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str],
