@@ -175,7 +175,7 @@ def test_a_missing_or_empty_repository_is_that_students_row(tmp_path):
 
 def test_the_collect_roster_is_refused_with_the_line_and_the_problem(tmp_path):
     path = tmp_path / "collect.csv"
-    for text, needle in (("alice\n", "expected student,repository[,extension]"),
+    for text, needle in (("alice\n", "expected 3 fields (student, repository, extension), found 1: 'alice'"),
                          ("alice,r\nalice,s\n", "listed twice (first on line 1)"),
                          ("al ice,r\n", "may hold only letters"),
                          ("alice,r,next week\n", "expected an ISO 8601 time")):

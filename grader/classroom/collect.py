@@ -34,7 +34,7 @@ from ..engine.identity import utc_stamp
 from ..errors import GraderError
 from ..gradebook.late import DAY, LatePolicy
 from ..textutil import sheet_cell
-from .roster import RosterError, id_problem, read_text
+from .roster import REPOSITORY_WORDS, STUDENT_WORDS, Layout, RosterError, read_text, records
 
 STATE = "collected.json"
 ROSTER = "roster.csv"
@@ -45,6 +45,11 @@ COLUMNS = ("student", "path", "commit", "collected_at", "deadline", "late_days",
 FETCH_TIMEOUT_S = 300.0
 FETCHES_AT_ONCE = 8
 _HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+#: The collect roster, read by the same parser and header rules as ``grade-class``'s.
+LAYOUT = Layout("a collect roster", ("student", "repository", "extension"), ("student", "repository", "extension"),
+                ("student", "repository"),
+                {"student": STUDENT_WORDS, "repository": (*REPOSITORY_WORDS, "path"),
+                 "extension": ("deadline", "due", "extra", "days", "until")}, repository="repository")
 
 
 @dataclass(frozen=True)
@@ -94,44 +99,25 @@ def parse_time(text: str, what: str) -> datetime.datetime:
 
 
 def load_entries(path: Path, deadline: datetime.datetime) -> list[Entry]:
-    """The collect roster: ``student,repository[,extension]`` (a header line is optional)."""
-    text = read_text(path)
-    entries: list[Entry] = []
-    seen: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        where = f"{path}:{number}"
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        try:
-            row = [c.strip() for c in next(csv.reader(io.StringIO(raw), strict=True))]
-        except csv.Error as exc:
-            raise RosterError(f"not a CSV line ({exc})", path=where) from None
-        if not entries and not seen and row and row[0].lower() == "student":  # a header line
-            continue
-        if len(row) not in (2, 3):
-            raise RosterError(f"expected student,repository[,extension], found {len(row)} fields", path=where)
-        sid, source = row[0], row[1]
-        problem = id_problem(sid) or ("" if source else "the repository is empty")
-        if problem:
-            raise RosterError(problem, path=where)
-        if sid in seen:
-            raise RosterError(f"student {sid!r} is listed twice (first on line {seen[sid]})", path=where)
-        seen[sid] = number
+    """The collect roster: ``student,repository[,extension]`` (a header line is optional; see
+    :func:`grader.classroom.roster.records`). A path is relative to the roster."""
+    entries = []
+    for number, fields in records(read_text(path), path, LAYOUT):
+        source = fields["repository"]
         if "://" not in source and not re.match(r"^[\w.-]+@[\w.-]+:", source):  # a path, relative to the roster
             source = str((path.parent / source).absolute())
-        own = deadline
-        if len(row) == 3 and row[2]:
-            own = _extension(row[2], deadline, where)
-        entries.append(Entry(sid, source, own, number))
-    if not entries:
-        raise RosterError("no students in it", path=path)
+        own = _extension(fields["extension"], deadline, f"{path}:{number}") if fields.get("extension") else deadline
+        entries.append(Entry(fields["student"], source, own, number))
     return entries
 
 
 def _extension(text: str, deadline: datetime.datetime, where: str) -> datetime.datetime:
     """A student's own deadline: an ISO time, or days (``2``, ``+1.5``) after the course's."""
     if re.fullmatch(r"\+?\d+(\.\d+)?", text):
-        return deadline + float(text) * DAY
+        try:
+            return deadline + float(text) * DAY
+        except OverflowError:
+            raise RosterError(f"extension {text!r}: more days than a calendar holds", path=where) from None
     try:
         return parse_time(text, "extension")
     except GraderError as exc:
