@@ -66,13 +66,14 @@ def main() -> int:
     runs = [("first collection", DEADLINE), ("nothing changed", DEADLINE + datetime.timedelta(hours=1))]
     for what, now in runs:
         t = time.monotonic()
-        rows = collect(entries, base / "collected", LatePolicy(late_days=2), now=now)
+        rows = collect(entries, base / "collected", LatePolicy(late_days=2), now=now, allow_local=True)
         print(f"{what}: {time.monotonic() - t:.2f} s for {len(rows)} students "
               f"({sum(1 for r in rows if r.commit)} collected)")
     for i in range(args.students):
         commit_and_push(base / "work" / f"s{i:03d}", args.commits)
     t = time.monotonic()
-    rows = collect(entries, base / "collected", LatePolicy(late_days=2), now=DEADLINE + datetime.timedelta(hours=20))
+    rows = collect(entries, base / "collected", LatePolicy(late_days=2), now=DEADLINE + datetime.timedelta(hours=20),
+                   allow_local=True)
     late = sum(1 for r in rows if r.late_days == "1")
     print(f"every student pushed again: {time.monotonic() - t:.2f} s ({late} now one day late)")
     return 0

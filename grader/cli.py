@@ -308,7 +308,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
     policy = load_policy(args.late_policy) if args.late_policy else LatePolicy()
     entries = load_entries(args.roster, deadline)
     started = time.monotonic()
-    rows = collect(entries, args.into, policy, progress=_progress(args))
+    rows = collect(entries, args.into, policy, progress=_progress(args), allow_local=args.allow_local)
     took = time.monotonic() - started
     done = sum(1 for r in rows if r.commit)
     print(f"collected {done} of {plural(len(rows), 'student')} in {took:.1f} s into {args.into}: grade them with "

@@ -48,6 +48,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--into", type=Path, required=True, metavar="DIR", help="where the clones, collected.json and roster.csv go")
     c.add_argument("--late-policy", type=Path, metavar="YAML", help="late_days, penalty_per_day (percent), grace_minutes "
                                                                      "(default: no late work accepted)")
+    c.add_argument("--allow-local", action="store_true", help="also collect a repository given as a folder of this machine or "
+                                                               "a file:// URL (refused by default; flagged in roster.csv)")
     c.add_argument("-q", "--quiet", action="store_true", help="no line per student")
 
     k = sub.add_parser("grade-class", help="TAs: grade a whole class (a folder of student repositories, or a roster CSV) "

@@ -23,6 +23,7 @@ from grader.labspec.labs import find_lab
 DEADLINE = datetime.datetime(2026, 12, 1, 23, 59, tzinfo=datetime.timezone.utc)
 HOUR, DAY = datetime.timedelta(hours=1), datetime.timedelta(days=1)
 POLICY = LatePolicy(late_days=3, penalty_per_day=10, grace_minutes=15)
+LOCAL = "collected from a folder of this machine, not a hosted repository (--allow-local): "
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 
@@ -68,8 +69,14 @@ def _entries(students: dict[str, Student], extension: dict[str, str] | None = No
 
 
 def _rows(folder: Path) -> dict[str, dict[str, str]]:
+    """roster.csv's rows, without the flag every local repository of these tests gets (``--allow-local``)."""
     with open(folder / ROSTER, newline="", encoding="utf-8") as fh:
-        return {r["student"]: r for r in csv.DictReader(fh)}
+        rows = {r["student"]: r for r in csv.DictReader(fh)}
+    for row in rows.values():
+        flags = row["flags"].split(" | ") if row["flags"] else []
+        assert not row["commit"] or any(f.startswith(LOCAL) for f in flags), row
+        row["flags"] = " | ".join(f for f in flags if not f.startswith(LOCAL))
+    return rows
 
 
 def test_the_commit_at_the_deadline_is_graded_and_later_work_is_late_by_when_it_was_collected(tmp_path):
@@ -78,22 +85,22 @@ def test_the_commit_at_the_deadline_is_graded_and_later_work_is_late_by_when_it_
     alice.push()
     out = tmp_path / "collected"
     entries = _entries({"alice": alice})
-    early = collect(entries, out, POLICY, now=DEADLINE - HOUR)
+    early = collect(entries, out, POLICY, allow_local=True, now=DEADLINE - HOUR)
     assert early[0].commit == "" and "not collected yet" in early[0].problem and "not yet due" in early[0].note
-    collect(entries, out, POLICY, now=DEADLINE + datetime.timedelta(minutes=2))  # the job at the deadline, a little late
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE + datetime.timedelta(minutes=2))  # the job at the deadline, a little late
     row = _rows(out)["alice"]
     assert (row["commit"], row["late_days"], row["penalty"], row["flags"], row["problem"]) == (first, "0", "0", "", "")
-    again = collect(entries, out, POLICY, now=DEADLINE + 10 * HOUR)
+    again = collect(entries, out, POLICY, allow_local=True, now=DEADLINE + 10 * HOUR)
     assert again[0].commit == first and again[0].note.startswith("unchanged since")
     second = alice.commit("v2", DEADLINE + 20 * HOUR)
     alice.push()
-    collect(entries, out, POLICY, now=DEADLINE + 30 * HOUR)  # first seen 30 h late: two days (a part of one counts)
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE + 30 * HOUR)  # first seen 30 h late: two days (a part of one counts)
     row = _rows(out)["alice"]
     assert (row["commit"], row["late_days"], row["penalty"]) == (second, "2", "0.2")
     assert row["collected_at"] == "2026-12-03T05:59:00Z"
     alice.commit("v3 after the cut-off", DEADLINE + 4 * DAY)
     alice.push()
-    collect(entries, out, POLICY, now=DEADLINE + 4 * DAY)
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE + 4 * DAY)
     assert _rows(out)["alice"]["commit"] == second  # the last collection before the cut-off stands
     state = json.loads((out / STATE).read_text())["students"]["alice"]
     assert [c["commit"][:7] for c in state["collections"]][:2] == [first[:7], second[:7]] and len(state["collections"]) == 3
@@ -108,12 +115,12 @@ def test_a_student_with_an_extension_is_collected_at_their_own_deadline(tmp_path
     out = tmp_path / "collected"
     entries = _entries({"alice": alice, "bob": bob}, {"bob": "2"})
     assert entries[1].deadline == DEADLINE + 2 * DAY
-    collect(entries, out, POLICY, now=DEADLINE)
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE)
     rows = _rows(out)
     assert rows["alice"]["commit"] and rows["bob"]["commit"] == "" and "not collected yet" in rows["bob"]["problem"]
     b2 = bob.commit("b2", DEADLINE + DAY)
     bob.push()
-    collect(entries, out, POLICY, now=DEADLINE + 2 * DAY)
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE + 2 * DAY)
     rows = _rows(out)
     assert (rows["bob"]["commit"], rows["bob"]["late_days"], rows["bob"]["deadline"]) == (b2, "0", "2026-12-03T23:59:00Z")
     explicit = _entries({"alice": alice, "bob": bob}, {"bob": "2026-12-05T12:00:00-05:00"}, tmp_path / "other")
@@ -127,11 +134,11 @@ def test_a_history_rewritten_between_two_collections_is_flagged(tmp_path):
     alice.push()
     out = tmp_path / "collected"
     entries = _entries({"alice": alice})
-    collect(entries, out, POLICY, now=DEADLINE)
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE)
     _git(alice.work, "reset", "--quiet", "--hard", "HEAD~1")
     rewritten = alice.commit("v2, rewritten", DEADLINE - DAY)  # dated before the deadline too
     alice.push(force=True)
-    collect(entries, out, POLICY, now=DEADLINE + 5 * HOUR)
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE + 5 * HOUR)
     row = _rows(out)["alice"]
     assert row["commit"] == rewritten and row["late_days"] == "1"
     assert f"(force push): {kept[:12]} is not in the new history" in row["flags"]
@@ -146,10 +153,10 @@ def test_a_back_dated_commit_is_late_by_its_collection_and_a_future_dated_one_is
     future.push()
     out = tmp_path / "collected"
     entries = _entries({"late": late, "future": future})
-    collect(entries, out, POLICY, now=DEADLINE)
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE)
     late.commit("finished, back-dated", DEADLINE - 2 * DAY)
     late.push()
-    collect(entries, out, POLICY, now=DEADLINE + DAY + HOUR)
+    collect(entries, out, POLICY, allow_local=True, now=DEADLINE + DAY + HOUR)
     rows = _rows(out)
     assert (rows["late"]["late_days"], rows["late"]["penalty"]) == ("2", "0.2")
     assert "commit dated 2026-11-29T23:59:00Z, before the deadline, but first collected" in rows["late"]["flags"]
@@ -165,17 +172,18 @@ def test_a_missing_or_empty_repository_is_that_students_row(tmp_path):
     _git(tmp_path, "init", "--quiet", "--bare", str(empty))
     csv_path = tmp_path / "collect.csv"
     csv_path.write_text(f"alice,{alice.bare}\ngone,{tmp_path / 'remotes' / 'gone.git'}\nempty,remotes/empty.git\n")
-    rows = {r.student: r for r in collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, now=DEADLINE)}
+    rows = {r.student: r for r in collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, allow_local=True, now=DEADLINE)}
     assert rows["alice"].commit and not rows["alice"].problem
-    assert rows["gone"].problem == "collect: repository not found (gone, renamed, or private to this account)"
+    assert rows["gone"].problem.startswith("collect: repository not found (gone, renamed, or private to this account): ")
+    assert "gone.git' does not appear to be a git repository" in rows["gone"].problem  # git's own words kept
     assert rows["empty"].problem == "collect: the repository is empty (no commit on its default branch)"
-    alice_later = collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, now=DEADLINE + HOUR)
+    alice_later = collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, allow_local=True, now=DEADLINE + HOUR)
     assert alice_later[0].commit == rows["alice"].commit
 
 
 def test_the_collect_roster_is_refused_with_the_line_and_the_problem(tmp_path):
     path = tmp_path / "collect.csv"
-    for text, needle in (("alice\n", "expected student,repository[,extension]"),
+    for text, needle in (("alice\n", "expected 3 fields (student, repository, extension), found 1: 'alice'"),
                          ("alice,r\nalice,s\n", "listed twice (first on line 1)"),
                          ("al ice,r\n", "may hold only letters"),
                          ("alice,r,next week\n", "expected an ISO 8601 time")):
@@ -214,14 +222,21 @@ def test_a_collected_roster_is_graded_with_the_late_penalty_beside_the_raw_score
     ontime.push()
     late.commit("started", DEADLINE - DAY)
     late.push()
+    huge = Student(tmp_path, "huge")
+    (huge.work / "labs" / "tiled_matmul").mkdir(parents=True)
+    (huge.work / "labs" / "tiled_matmul" / "student.cu").write_bytes(bytes(5 << 20))  # over the fetch's size filter
+    _git(huge.work, "add", "-A")
+    _git(huge.work, "commit", "--quiet", "-m", "huge", when=DEADLINE - DAY)
+    huge.push()
     folder = tmp_path / "collected"
-    entries = _entries({"ontime": ontime, "late": late, "gone": Student(tmp_path, "gone")})
-    collect(entries, folder, POLICY, now=DEADLINE)
+    entries = _entries({"ontime": ontime, "late": late, "gone": Student(tmp_path, "gone"), "huge": huge})
+    collect(entries, folder, POLICY, allow_local=True, now=DEADLINE)
     late.commit("done late", DEADLINE + DAY, reference)
     late.push()
-    collect(entries, folder, POLICY, now=DEADLINE + 36 * HOUR)
+    collect(entries, folder, POLICY, allow_local=True, now=DEADLINE + 36 * HOUR)
     assert roster.load(folder / ROSTER)[1].late == {"deadline": "2026-12-01T23:59:00Z", "collected_at": "2026-12-03T11:59:00Z",
-                                                   "late_days": 2, "penalty": 0.2, "flags": []}
+                                                   "late_days": 2, "penalty": 0.2,
+                                                   "flags": [f"{LOCAL}{late.bare}"]}
     results = tmp_path / "results"
     code = cli.main(["grade-class", "--roster", str(folder / ROSTER), "--out", str(results), "--lab", "tiled_matmul",
                      "--no-gpu", "-q"])
@@ -232,6 +247,8 @@ def test_a_collected_roster_is_graded_with_the_late_penalty_beside_the_raw_score
     assert (rows["late"]["late_days"], rows["late"]["penalty"]) == ("2", "0.2")
     assert float(rows["late"]["total"]) == pytest.approx(round(float(rows["late"]["raw_total"]) * 0.8, 2))
     assert rows["gone"]["status"] == "error" and "collect: the repository is empty" in rows["gone"]["problems"]
+    assert "labs/tiled_matmul/student.cu; graded as too large" in _rows(folder)["huge"]["flags"]
+    assert rows["huge"]["total"] == "0" and "1,048,577 bytes" in rows["huge"]["problems"]  # left on the server: too large
     assert json.loads((results / "students" / "late" / "report.json").read_text())["identity"]["late"]["late_days"] == 2
 
 
@@ -241,7 +258,7 @@ def test_the_command_collects_and_says_what_to_grade_next(tmp_path, capsys):
     alice.push()
     (tmp_path / "collect.csv").write_text(f"alice,{alice.bare}\nbob,missing.git\n")
     code = cli.main(["collect", str(tmp_path / "collect.csv"), "--deadline", "2026-01-02T00:00:00Z",
-                     "--into", str(tmp_path / "c"), "-q"])
+                     "--into", str(tmp_path / "c"), "--allow-local", "-q"])
     out = capsys.readouterr().out
     assert code == 0
     assert "collected 1 of 2 students in " in out and f"--roster {tmp_path / 'c' / ROSTER}" in out
@@ -268,7 +285,7 @@ def test_a_token_in_a_clone_url_is_never_written_or_shown(tmp_path):
         "fatal: unable to access 'https://***@github.com/c/r.git/': 403"
     csv_path = tmp_path / "collect.csv"
     csv_path.write_text("alice,https://x-access-token:ghp_SECRET@127.0.0.1:9/course/alice.git\n")
-    rows = collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, now=DEADLINE)
+    rows = collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, allow_local=True, now=DEADLINE)
     assert rows[0].problem.startswith("collect: ") and not rows[0].commit
     written = (tmp_path / "out" / STATE).read_text() + (tmp_path / "out" / ROSTER).read_text() + rows[0].note
     assert "ghp_SECRET" not in written and "https://***@127.0.0.1:9/course/alice.git" in written
@@ -283,14 +300,51 @@ def test_a_run_stopped_part_way_keeps_what_it_collected_with_its_time(tmp_path, 
         s.push()
     real = collecting.fetch
 
-    def stopped_at_bob(source: str, clone: Path) -> tuple[str, str, str]:
+    def stopped_at_bob(source: str, clone: Path, allow_local: bool = False) -> collecting.gitfetch.Fetched:
         if "bob" in source:
             raise KeyboardInterrupt
-        return real(source, clone)
+        return real(source, clone, allow_local)
 
     monkeypatch.setattr(collecting, "fetch", stopped_at_bob)
     out = tmp_path / "collected"
     with pytest.raises(KeyboardInterrupt):
-        collect(_entries({"alice": alice, "bob": bob}), out, POLICY, now=DEADLINE)
+        collect(_entries({"alice": alice, "bob": bob}), out, POLICY, allow_local=True, now=DEADLINE)
     kept = json.loads((out / STATE).read_text())["students"]
     assert [c["at"] for c in kept["alice"]["collections"]] == ["2026-12-01T23:59:00Z"] and kept["bob"]["collections"] == []
+
+
+def test_a_transport_that_runs_a_program_is_refused_even_with_local_folders_allowed(tmp_path):
+    """``ext::`` runs a shell command, ``fd::`` and any ``<name>::`` a helper program, an unknown
+    ``scheme://`` a ``git-remote-<scheme>`` from PATH: none is fetched from, whatever the options."""
+    marker = tmp_path / "ran"
+    csv_path = tmp_path / "collect.csv"
+    csv_path.write_text(f"a,ext::sh -c touch% {marker}\nb,fd::0\nc,gopher://example.com/c.git\n")
+    rows = {r.student: r for r in collect(load_entries(csv_path, DEADLINE), tmp_path / "out", POLICY, allow_local=True, now=DEADLINE)}
+    assert "the transport ext:: runs a program of its own" in rows["a"].problem and "fd::" in rows["b"].problem
+    assert "unknown transport gopher://: collect fetches over https, ssh or git" in rows["c"].problem
+    assert not marker.exists() and not any(r.commit for r in rows.values())
+
+
+def test_a_local_partial_clone_cannot_make_collect_run_its_uploadpack_command(tmp_path):
+    """A local source (allowed) that is a partial clone missing an object, whose promisor remote's
+    ``uploadpack`` is a shell command: serving the fetch needs the object, yet nothing fetches it
+    lazily and the command never runs; the student's row says why nothing was collected."""
+    alice = Student(tmp_path, "alice")
+    alice.commit("v1", DEADLINE - DAY)
+    alice.push()
+    marker = tmp_path / "ran"
+    blob = _git(alice.work, "rev-parse", "HEAD:labs/tiled_matmul/student.cu")
+    for key, value in (("extensions.partialClone", "origin"), ("remote.origin.promisor", "true"),
+                       ("remote.origin.url", str(tmp_path / "elsewhere.git")), ("remote.origin.uploadpack", f"touch {marker}; false")):
+        _git(alice.bare, "config", key, value)
+    kept = _git(alice.bare, "rev-list", "--objects", "--all").split("\n")
+    objects = "".join(line.split()[0] + "\n" for line in kept if not line.startswith(blob))
+    pack = subprocess.run(["git", "pack-objects", "-q", str(alice.bare / "objects" / "pack" / "kept")], cwd=alice.bare,
+                          input=objects, capture_output=True, text=True, check=True).stdout.strip()
+    for old in (alice.bare / "objects").rglob("*"):
+        if old.is_file() and "kept-" not in old.name and old.parent.name != "info":
+            old.unlink()
+    (alice.bare / "objects" / "pack" / f"kept-{pack}.promisor").touch()
+    rows = collect(_entries({"alice": alice}), tmp_path / "out", POLICY, allow_local=True, now=DEADLINE)
+    assert not marker.exists() and not rows[0].commit
+    assert rows[0].problem.startswith("collect: git fetch failed: ") and "promisor remote" in rows[0].problem

@@ -3,7 +3,9 @@
 Only the labs' files are taken, read from git's object store (no checkout: nothing of the
 student's repository changes and none of its hooks or filters runs). A link, a folder or a
 submodule at a lab's path is recreated as such, so the grader refuses it with the same message
-as in a work tree; a file over the size limit is cut just past the limit (refused as too large).
+as in a work tree; a file over the size limit is cut just past the limit (refused as too large),
+as is one whose size git cannot tell: a blob that ``cuda-grader collect``'s size filter left on
+the server is not in the clone.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def export(repo: Path, commit: str, rels: list[str], dest: Path) -> Path:
             link = gitinfo.blob(repo, entry.oid) or b"?"
             os.symlink(os.fsdecode(link[:4096]), target)
         elif entry.is_file:
-            data = gitinfo.blob(repo, entry.oid) if entry.size <= SOURCE_LIMIT_BYTES else b"\0" * (SOURCE_LIMIT_BYTES + 1)
+            fits = 0 <= entry.size <= SOURCE_LIMIT_BYTES
+            data = gitinfo.blob(repo, entry.oid) if fits else b"\0" * (SOURCE_LIMIT_BYTES + 1)
             if data is not None:
                 target.write_bytes(data)
         else:  # a tree or a submodule where the file belongs

@@ -12,8 +12,17 @@ policy gives that, and flags.
 
 What a commit says about itself is never trusted, only flagged: a commit dated after the deadline
 yet collected before it, a commit dated before the deadline that was first collected after it,
-and a history rewritten between two collections (a force push). A repository that is gone,
-private or empty is that student's row, not the run's end.
+a history rewritten between two collections (a force push), and a commit date no calendar holds
+(past the year 9999: git accepts it). Each collection is stamped with the time its own fetch began
+(what the server's branch held then), not the run's start; whether a student is due yet is decided
+at the run's start.
+
+One student never ends the run: a repository that is gone, private, empty, too large or refused,
+a fetch that fails, and any error of the grader's own on one student is that student's row (or a
+flag, where an earlier collection stands), and ``roster.csv`` is written. How each repository is
+fetched, bounded and kept from running anything here: :mod:`grader.host.gitfetch`. A repository
+given as a folder of this machine or a ``file://`` URL is refused unless the TA passes
+``--allow-local``, and flagged in ``roster.csv`` when it is allowed.
 """
 
 from __future__ import annotations
@@ -24,17 +33,19 @@ import io
 import json
 import os
 import re
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..engine.identity import utc_stamp
-from ..errors import GraderError
+from ..errors import INTERNAL_ERROR, GraderError, internal_error_message
 from ..gradebook.late import DAY, LatePolicy
+from ..host import gitfetch
+from ..host.gitfetch import fetch, redact
+from ..host.safeio import SOURCE_LIMIT_BYTES
 from ..textutil import sheet_cell
-from .roster import RosterError, id_problem, read_text
+from .roster import REPOSITORY_WORDS, STUDENT_WORDS, Layout, RosterError, read_text, records
 
 STATE = "collected.json"
 ROSTER = "roster.csv"
@@ -42,9 +53,12 @@ REPOS = "repos"
 STATE_VERSION = 1
 #: The columns of the roster ``collect`` writes (``grade-class`` reads every one of them).
 COLUMNS = ("student", "path", "commit", "collected_at", "deadline", "late_days", "penalty", "flags", "problem")
-FETCH_TIMEOUT_S = 300.0
 FETCHES_AT_ONCE = 8
-_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+#: The collect roster, read by the same parser and header rules as ``grade-class``'s.
+LAYOUT = Layout("a collect roster", ("student", "repository", "extension"), ("student", "repository", "extension"),
+                ("student", "repository"),
+                {"student": STUDENT_WORDS, "repository": (*REPOSITORY_WORDS, "path"),
+                 "extension": ("deadline", "due", "extra", "days", "until")}, repository="repository")
 
 
 @dataclass(frozen=True)
@@ -63,7 +77,9 @@ class Record:
 
     source: str
     deadline: str
-    collections: list[dict[str, str]] = field(default_factory=list)  # commit, at (ISO), dated (ISO, the commit's own claim)
+    # commit, at (ISO: when its fetch began), dated (the commit's own claim: ISO, or @seconds past
+    # the year 9999), left_out (files under labs/ left on the server, over the size filter)
+    collections: list[dict[str, str]] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     problem: str = ""  # why nothing could be collected (the last run's reason)
 
@@ -94,112 +110,29 @@ def parse_time(text: str, what: str) -> datetime.datetime:
 
 
 def load_entries(path: Path, deadline: datetime.datetime) -> list[Entry]:
-    """The collect roster: ``student,repository[,extension]`` (a header line is optional)."""
-    text = read_text(path)
-    entries: list[Entry] = []
-    seen: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        where = f"{path}:{number}"
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        try:
-            row = [c.strip() for c in next(csv.reader(io.StringIO(raw), strict=True))]
-        except csv.Error as exc:
-            raise RosterError(f"not a CSV line ({exc})", path=where) from None
-        if not entries and not seen and row and row[0].lower() == "student":  # a header line
-            continue
-        if len(row) not in (2, 3):
-            raise RosterError(f"expected student,repository[,extension], found {len(row)} fields", path=where)
-        sid, source = row[0], row[1]
-        problem = id_problem(sid) or ("" if source else "the repository is empty")
-        if problem:
-            raise RosterError(problem, path=where)
-        if sid in seen:
-            raise RosterError(f"student {sid!r} is listed twice (first on line {seen[sid]})", path=where)
-        seen[sid] = number
-        if "://" not in source and not re.match(r"^[\w.-]+@[\w.-]+:", source):  # a path, relative to the roster
+    """The collect roster: ``student,repository[,extension]`` (a header line is optional; see
+    :func:`grader.classroom.roster.records`). A path is relative to the roster."""
+    entries = []
+    for number, fields in records(read_text(path), path, LAYOUT):
+        source = fields["repository"]
+        if gitfetch.is_path(source):
             source = str((path.parent / source).absolute())
-        own = deadline
-        if len(row) == 3 and row[2]:
-            own = _extension(row[2], deadline, where)
-        entries.append(Entry(sid, source, own, number))
-    if not entries:
-        raise RosterError("no students in it", path=path)
+        own = _extension(fields["extension"], deadline, f"{path}:{number}") if fields.get("extension") else deadline
+        entries.append(Entry(fields["student"], source, own, number))
     return entries
 
 
 def _extension(text: str, deadline: datetime.datetime, where: str) -> datetime.datetime:
     """A student's own deadline: an ISO time, or days (``2``, ``+1.5``) after the course's."""
     if re.fullmatch(r"\+?\d+(\.\d+)?", text):
-        return deadline + float(text) * DAY
+        try:
+            return deadline + float(text) * DAY
+        except OverflowError:
+            raise RosterError(f"extension {text!r}: more days than a calendar holds", path=where) from None
     try:
         return parse_time(text, "extension")
     except GraderError as exc:
         raise RosterError(f"{exc} (or a number of days)", path=where) from None
-
-
-def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """git with the TA's own configuration (credentials, SSH), but no hook, prompt or helper program
-    a repository could name, and a time limit."""
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "/bin/false", "SSH_ASKPASS": "/bin/false",
-           "GIT_NO_REPLACE_OBJECTS": "1", "LC_ALL": "C"}
-    cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.ext.allow=never", "-c", "core.fsmonitor=false",
-           "-c", "safe.directory=*", *args]
-    try:
-        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, errors="replace",
-                              stdin=subprocess.DEVNULL, timeout=FETCH_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(cmd, 124, "", f"no answer within {FETCH_TIMEOUT_S:.0f} s")
-    except OSError as exc:
-        return subprocess.CompletedProcess(cmd, 127, "", f"git cannot run: {exc}")
-
-
-#: The user and password (a token) of a clone URL, never repeated in a message or a file.
-_USERINFO = re.compile(r"(\w[\w+.-]*://)[^/@\s]+@")
-
-
-def redact(text: str) -> str:
-    """``text`` without the credentials of any URL in it."""
-    return _USERINFO.sub(r"\1***@", text)
-
-
-def _why(stderr: str) -> str:
-    stderr = redact(stderr)
-    text = stderr.lower()
-    if "couldn't find remote ref head" in text or "remote ref head" in text:
-        return "the repository is empty (no commit on its default branch)"
-    if any(s in text for s in ("not found", "does not appear to be a git repository", "does not exist", "no such file")):
-        return "repository not found (gone, renamed, or private to this account)"
-    if any(s in text for s in ("authentication", "permission denied", "could not read username", "access denied")):
-        return "access denied (private: give this account read access)"
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    return f"git fetch failed: {lines[-1][:200] if lines else 'no message'}"
-
-
-def fetch(source: str, clone: Path) -> tuple[str, str, str]:
-    """(commit, its own committer date as ISO, problem) for the head of ``source``'s default branch,
-    fetched into ``clone`` (made on the first run; every collected commit stays referenced)."""
-    if not (clone / ".git").is_dir():
-        clone.mkdir(parents=True, exist_ok=True)
-        done = _git("init", "--quiet", str(clone))
-        if done.returncode != 0:
-            return "", "", f"cannot make {clone}: {redact(done.stderr.strip())[:200]}"
-    done = _git("fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--force", "--end-of-options", source, "HEAD",
-                cwd=clone)
-    if done.returncode != 0:
-        return "", "", _why(done.stderr)
-    head = _git("rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}", cwd=clone).stdout.strip()
-    if not _HASH.fullmatch(head):
-        return "", "", "the repository's default branch names no commit"
-    _git("update-ref", f"refs/collected/{head}", head, cwd=clone)  # kept: a later force push cannot make it vanish
-    stamp = _git("show", "-s", "--format=%ct", head, cwd=clone).stdout.strip()
-    dated = utc_stamp(datetime.datetime.fromtimestamp(int(stamp), datetime.timezone.utc)) if stamp.isdigit() else ""
-    return head, dated, ""
-
-
-def _rewritten(clone: Path, old: str, new: str) -> bool:
-    """Whether ``old`` is no longer in the history of ``new`` (exit 1 of --is-ancestor: not an ancestor)."""
-    return _git("merge-base", "--is-ancestor", old, new, cwd=clone).returncode == 1
 
 
 def load_state(folder: Path) -> dict[str, Record]:
@@ -221,29 +154,73 @@ def _save(folder: Path, state: dict[str, Record]) -> None:
     os.replace(tmp, folder / STATE)
 
 
-def _collect_one(entry: Entry, before: Record, clone: Path, now: datetime.datetime) -> tuple[str, Record]:
-    """One student's part of a run: fetch if their deadline has passed. Returns what happened and
-    their record as it now stands (a new one: the run saves each student's as soon as it is done)."""
-    record = Record(before.source, before.deadline, list(before.collections), list(before.flags), before.problem)
-    deadline = entry.deadline
-    if now < deadline:
-        return f"not yet due (deadline {utc_stamp(deadline)})", record
-    commit, dated, problem = fetch(entry.source, clone)
-    if problem:
-        if record.collections:
-            record.flags.append(f"at {utc_stamp(now)}: {problem}; the earlier collection stands")
-            return f"kept the earlier collection: {problem}", record
-        record.problem = problem
-        return problem, record
+def _copy(record: Record) -> Record:
+    return Record(record.source, record.deadline, list(record.collections), list(record.flags), record.problem)
+
+
+def _failed(record: Record, problem: str, at: datetime.datetime) -> tuple[str, Record]:
+    """Nothing collected this time: the student's problem, or a flag where an earlier collection stands."""
+    if record.collections:
+        record.flags.append(f"at {utc_stamp(at)}: {problem}; the earlier collection stands")
+        return f"kept the earlier collection: {problem}", record
+    record.problem = problem
+    return problem, record
+
+
+def _grader_error(exc: Exception) -> str:
+    """A grader error on one student, as their row says it (its trace logged where the log can be
+    written), short."""
+    try:
+        message = internal_error_message(exc)
+    except OSError:  # no log to write to: the message alone
+        message = f"{INTERNAL_ERROR} ({type(exc).__name__}: {exc})"
+    return message if len(message) <= 400 else message[:397] + "..."
+
+
+def dated(seconds: str) -> str:
+    """A commit's own date (git's seconds since 1970) as ISO, or ``@seconds`` where no calendar date
+    holds it (past the year 9999, which git accepts); "" where git gave none."""
+    if not seconds.isdigit():
+        return ""
+    if len(seconds) <= 12:  # 253402300799 is the last second of the year 9999
+        try:
+            return utc_stamp(datetime.datetime.fromtimestamp(int(seconds), datetime.timezone.utc))
+        except (ValueError, OverflowError, OSError):
+            pass
+    return f"@{seconds[:24]}" + ("..." if len(seconds) > 24 else "")
+
+
+def _fetch_into(entry: Entry, record: Record, clone: Path, at: datetime.datetime, allow_local: bool) -> tuple[str, Record]:
+    got = fetch(entry.source, clone, allow_local)
+    if got.problem:
+        return _failed(record, redact(got.problem), at)
     record.problem = ""
     last = record.collections[-1] if record.collections else None
-    if last is not None and last["commit"] == commit:
+    if last is not None and last["commit"] == got.commit:
         return f"unchanged since {last['at']}", record
-    if last is not None and _rewritten(clone, last["commit"], commit):
-        record.flags.append(f"history rewritten between {last['at']} and {utc_stamp(now)} (force push): "
+    if last is not None and gitfetch.rewritten(clone, last["commit"], got.commit):
+        record.flags.append(f"history rewritten between {last['at']} and {utc_stamp(at)} (force push): "
                             f"{last['commit'][:12]} is not in the new history")
-    record.collections.append({"commit": commit, "at": utc_stamp(now), "dated": dated})
-    return f"collected {commit[:12]}", record
+    collection = {"commit": got.commit, "at": utc_stamp(at), "dated": dated(got.committed)}
+    if got.left_out:
+        collection["left_out"] = ", ".join(got.left_out)
+    record.collections.append(collection)
+    return f"collected {got.commit[:12]}", record
+
+
+def _collect_one(entry: Entry, before: Record, clone: Path, now: datetime.datetime, clock: Callable[[], datetime.datetime],
+                 allow_local: bool) -> tuple[str, Record]:
+    """One student's part of a run: fetch if their deadline has passed (at the run's start ``now``),
+    stamped with ``clock``'s time as the fetch begins. Returns what happened and their record as it
+    now stands (a new one: the run saves each student's as soon as it is done). Never raises for
+    the student's repository: a grader error on it is their problem, and the class goes on."""
+    if now < entry.deadline:
+        return f"not yet due (deadline {utc_stamp(entry.deadline)})", _copy(before)
+    at = clock()
+    try:
+        return _fetch_into(entry, _copy(before), clone, at, allow_local)
+    except Exception as exc:  # a bug of the grader's on this student: recorded with an id, the run goes on
+        return _failed(_copy(before), _grader_error(exc), at)
 
 
 def graded(record: Record, deadline: datetime.datetime, policy: LatePolicy) -> tuple[dict[str, str] | None, datetime.datetime | None]:
@@ -262,6 +239,8 @@ def date_flags(chosen: dict[str, str], first: datetime.datetime, deadline: datet
     """What the commit's own date claims against when it was really collected."""
     if not chosen.get("dated"):
         return []
+    if chosen["dated"].startswith("@"):
+        return [f"commit dated {chosen['dated']} (seconds since 1970), past the year 9999: its date is wrong"]
     dated = parse_time(chosen["dated"], "dated")
     on_time = deadline + policy.grace
     if dated > on_time and first <= on_time:
@@ -282,6 +261,11 @@ def row_for(entry: Entry, record: Record | None, policy: LatePolicy, note: str) 
     assert chosen is not None and first is not None
     days = policy.days_late(entry.deadline, first)
     flags = [*record.flags, *date_flags(chosen, first, entry.deadline, policy)]
+    if chosen.get("left_out"):
+        flags.append(f"left on the server, over the {gitfetch.FILTER_BYTES >> 20} MiB a fetched file may hold (a graded file "
+                     f"may hold {SOURCE_LIMIT_BYTES >> 20} MiB): {chosen['left_out']}; graded as too large")
+    if gitfetch.is_local(entry.source):
+        flags.append(f"collected from a folder of this machine, not a hosted repository (--allow-local): {redact(entry.source)}")
     return Row(entry.student, path, chosen["commit"], utc_stamp(first), utc_stamp(entry.deadline), str(days),
                f"{policy.penalty(days):.4g}", " | ".join(flags), "", note)
 
@@ -296,10 +280,33 @@ def roster_csv(rows: list[Row]) -> str:
     return buf.getvalue()
 
 
+def _row(entry: Entry, record: Record | None, policy: LatePolicy, note: str) -> Row:
+    """:func:`row_for`, or the student's problem row where the grader fails on it."""
+    try:
+        return row_for(entry, record, policy, note)
+    except Exception as exc:  # a bug of the grader's on this student: their row says so, the roster is written
+        return Row(entry.student, f"{REPOS}/{entry.student}", "", "", utc_stamp(entry.deadline), "", "", "",
+                   f"collect: {_grader_error(exc)}", note)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _fixed(t: datetime.datetime) -> Callable[[], datetime.datetime]:
+    return lambda: t
+
+
 def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetime.datetime | None = None,
-            progress: Callable[[str], None] = lambda _: None) -> list[Row]:
-    """One run over the class: fetch what is due, save the record, write ``roster.csv``."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+            progress: Callable[[str], None] = lambda _: None, *, clock: Callable[[], datetime.datetime] | None = None,
+            allow_local: bool = False) -> list[Row]:
+    """One run over the class: fetch what is due, save the record, write ``roster.csv``.
+
+    ``now`` is the run's start (who is due); ``clock`` stamps each fetch (by default the real time,
+    or ``now`` itself where only ``now`` is given: a test's fixed clock). ``allow_local`` lets a
+    student's repository be a folder of this machine or a ``file://`` URL (flagged)."""
+    clock = clock or (_fixed(now) if now is not None else _now)
+    start = now or clock()
     folder.mkdir(parents=True, exist_ok=True)
     state = load_state(folder)
     for e in entries:
@@ -307,12 +314,13 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
         state[e.student].source, state[e.student].deadline = redact(e.source), utc_stamp(e.deadline)
     notes: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=FETCHES_AT_ONCE) as pool:
-        futures = {e.student: pool.submit(_collect_one, e, state[e.student], folder / REPOS / e.student, now) for e in entries}
+        futures = {e.student: pool.submit(_collect_one, e, state[e.student], folder / REPOS / e.student, start, clock, allow_local)
+                   for e in entries}
         for k, e in enumerate(entries, start=1):
             notes[e.student], state[e.student] = futures[e.student].result()
             _save(folder, state)  # a run stopped part-way keeps what it collected, with the time it did
             progress(f"[{k}/{len(entries)}] {e.student}: {notes[e.student]}")
-    rows = [row_for(e, state[e.student], policy, notes[e.student]) for e in entries]
+    rows = [_row(e, state[e.student], policy, notes[e.student]) for e in entries]
     tmp = folder / f".{ROSTER}.{os.getpid()}.tmp"
     tmp.write_text(roster_csv(rows), encoding="utf-8")
     os.replace(tmp, folder / ROSTER)

@@ -7,6 +7,12 @@ writes has the ``COLLECTED`` columns too: a student's late days and penalty go i
 and a ``problem`` (nothing collected) is their row's error. Blank lines and lines starting
 with ``#`` are ignored. A bad line is an input error naming the file, the line and the problem.
 
+Both rosters (this one and ``collect``'s ``student,repository[,extension]``) are read by one
+parser, :func:`records`: Python's CSV reader over the whole file (a quoted cell may hold a comma or
+a line break, and a line number is where the student's record starts), and one rule for the
+header: a first line whose first cell is ``student`` names the columns; a first line made of
+header words under other names (``name,repo``) is refused, never read as a student called "name".
+
 A student's folder must be the folder itself: one that is a symbolic link (in a folder of
 repositories, or as the last part of a roster's path) is refused in that student's row, as is a
 ``.git`` that is not the folder's own (see ``grader.isolation.gitinfo.repository_problem``). Links further
@@ -19,9 +25,9 @@ import csv
 import difflib
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from ..errors import GraderError
 from ..isolation.gitinfo import REV_PATTERN
@@ -79,41 +85,62 @@ def from_folder(folder: Path) -> list[Student]:
     return students
 
 
-#: Words a spreadsheet's header uses for the roster's columns: a first line made of them is a
-#: header under other names, refused, never graded as a student.
-HEADER_WORDS = {
-    "student": ("name", "id", "sid", "student_id", "studentid", "login", "user", "username", "email", "github", "handle"),
-    "path": ("repo", "repository", "folder", "dir", "directory", "url", "clone", "location"),
-    "commit": ("sha", "hash", "ref", "rev", "revision", "tag", "branch"),
-}
+#: Words a spreadsheet's header uses for a student's id and their repository: a first line made of
+#: header words is a header under other names, refused, never read as a student.
+STUDENT_WORDS = ("name", "id", "sid", "student_id", "studentid", "login", "user", "username", "email", "github", "handle")
+REPOSITORY_WORDS = ("repo", "repository", "folder", "dir", "directory", "url", "clone", "location")
 
 
-def _foreign_header(names: list[str]) -> str:
+@dataclass(frozen=True)
+class Layout:
+    """The columns of one kind of roster, for :func:`records`."""
+
+    name: str  # "a roster", in messages
+    columns: tuple[str, ...]  # every column a header may name
+    plain: tuple[str, ...]  # the columns of a file without a header, in order
+    required: tuple[str, ...]  # the first is the student's id, the second where their work is
+    words: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # other names of each column
+    more: str = ""  # said after an unknown column
+    repository: str = "repository path"  # what the second required column holds, in messages
+
+    @property
+    def shape(self) -> str:
+        """``student,path[,commit]``: the header written out."""
+        optional = [c for c in self.plain if c not in self.required]
+        return ",".join(self.required) + "".join(f"[,{c}]" for c in optional)
+
+
+#: The roster ``grade-class --roster`` reads.
+GRADE = Layout("a roster", COLUMNS, PLAIN, REQUIRED,
+               {"student": STUDENT_WORDS, "path": REPOSITORY_WORDS, "commit": ("sha", "hash", "ref", "rev", "revision", "tag", "branch")},
+               f"; a roster written by `cuda-grader collect` has {', '.join(COLLECTED)} too")
+
+
+def _foreign_header(names: list[str], layout: Layout) -> str:
     """What to say of a first line that is a header under other names ("" if it is not one)."""
-    renamed = [next((col for col, words in HEADER_WORDS.items() if n in words), "") for n in names]
+    renamed = [next((col for col, words in layout.words.items() if n in words), "") for n in names]
     if not any(renamed) or any(not n.replace("_", "").isalpha() for n in names):
         return ""
     wanted = ",".join(r or n for r, n in zip(renamed, names))
-    return (f"the first line looks like a header ({','.join(names)}) but a roster's header is "
-            f"student,path[,commit]: write {wanted!r} (or leave the header out)")
+    return (f"the first line looks like a header ({','.join(names)}) but {layout.name}'s header is "
+            f"{layout.shape}: write {wanted!r} (or leave the header out)")
 
 
-def _header(row: list[str], where: str) -> list[str] | None:
+def _header(row: list[str], layout: Layout, where: str) -> list[str] | None:
     """The column names if ``row`` is a header (its first cell is ``student``), else None; a header
     under other names is an error."""
     names = [c.strip().lower() for c in row]
-    if not names or names[0] != "student":
-        foreign = _foreign_header(names)
+    if not names or names[0] != layout.required[0]:
+        foreign = _foreign_header(names, layout)
         if foreign:
             raise RosterError(foreign, path=where)
         return None
     for name in names:
-        if name not in COLUMNS:
-            near = difflib.get_close_matches(name, COLUMNS, n=1)
+        if name not in layout.columns:
+            near = [c for c, words in layout.words.items() if name in words] or difflib.get_close_matches(name, layout.columns, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise RosterError(f"unknown column {name!r} (columns: {', '.join(PLAIN)}){hint}; a roster written by "
-                              f"`cuda-grader collect` has {', '.join(COLLECTED)} too", path=where)
-    missing = [c for c in REQUIRED if c not in names]
+            raise RosterError(f"unknown column {name!r} (columns: {', '.join(layout.plain)}){hint}{layout.more}", path=where)
+    missing = [c for c in layout.required if c not in names]
     if missing:
         raise RosterError(f"the header has no {' or '.join(repr(m) for m in missing)} column", path=where)
     if len(set(names)) != len(names):
@@ -121,46 +148,78 @@ def _header(row: list[str], where: str) -> list[str] | None:
     return names
 
 
-def parse(text: str, source: Path) -> list[Student]:
-    """Students from roster text (``source`` names the file in messages and anchors relative paths)."""
-    base = source.parent
+def _csv_records(text: str, source: Path) -> Iterator[tuple[int, list[str]]]:
+    """(the line it starts on, its cells) for each record of ``text``, by Python's CSV reader over
+    the whole text: a quoted cell may span lines. A line starting with ``#`` between records is a
+    comment, never given to the reader (a quote in a comment opens nothing)."""
+    state = {"between": True, "start": 0}
+
+    def lines() -> Iterator[str]:
+        for number, line in enumerate(io.StringIO(text, newline=""), start=1):
+            if state["between"]:
+                if line.lstrip().startswith("#"):
+                    continue
+                state["between"], state["start"] = False, number
+            yield line
+
+    reader = csv.reader(lines(), strict=True)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise RosterError(f"not a CSV line ({exc})", path=f"{source}:{state['start']}") from None
+        state["between"] = True
+        if any(cell.strip() for cell in row):
+            yield int(state["start"]), row
+
+
+def records(text: str, source: Path, layout: Layout) -> list[tuple[int, dict[str, str]]]:
+    """(line, cells by column) for each student of roster text, checked as every roster is: the
+    header, the number of fields, the student's id (valid, listed once) and a repository given.
+    ``source`` names the file in messages."""
     columns: list[str] | None = None
     seen: dict[str, int] = {}
-    students = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    out = []
+    for number, row in _csv_records(text, source):
         where = f"{source}:{number}"
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        try:
-            row = next(csv.reader(io.StringIO(raw), strict=True))
-        except csv.Error as exc:
-            raise RosterError(f"not a CSV line ({exc})", path=where) from None
         if columns is None:
-            header = _header(row, where)
-            columns = header or list(PLAIN)
+            header = _header(row, layout, where)
+            columns = header or list(layout.plain)
             if header is not None:
                 continue
-        if len(row) > len(columns) or len(row) < len(REQUIRED):
-            raise RosterError(f"expected {len(columns)} fields ({', '.join(columns)}), found {len(row)}", path=where)
+        if len(row) > len(columns) or len(row) < len(layout.required):
+            shown = ",".join(row)
+            raise RosterError(f"expected {len(columns)} fields ({', '.join(columns)}), found {len(row)}: "
+                              f"{shown[:200]!r}", path=where)
         fields = dict(zip(columns, (cell.strip() for cell in row)))
-        sid, path, commit = fields["student"], fields["path"], fields.get("commit") or None
+        sid, repository = fields[layout.required[0]], fields[layout.required[1]]
         problem = id_problem(sid)
         if problem:
             raise RosterError(problem, path=where)
         if sid in seen:
             raise RosterError(f"student {sid!r} is listed twice (first on line {seen[sid]})", path=where)
-        if not path:
-            raise RosterError(f"no repository path for student {sid!r}", path=where)
+        if not repository:
+            raise RosterError(f"no {layout.repository} for student {sid!r}", path=where)
+        seen[sid] = number
+        out.append((number, fields))
+    if not out:
+        raise RosterError("no students in the roster", path=source)
+    return out
+
+
+def parse(text: str, source: Path) -> list[Student]:
+    """Students from roster text (``source`` names the file in messages and anchors relative paths)."""
+    students = []
+    for number, fields in records(text, source, GRADE):
+        where = f"{source}:{number}"
+        sid, path, commit = fields["student"], fields["path"], fields.get("commit") or None
         if commit is not None and not REV_PATTERN.match(commit):
             raise RosterError(f"commit {commit!r} is not a commit hash, tag or branch name", path=where)
-        seen[sid] = number
-        students.append(Student(sid, (base / path) if not Path(path).is_absolute() else Path(path), commit, number,
+        students.append(Student(sid, (source.parent / path) if not Path(path).is_absolute() else Path(path), commit, number,
                                 _late(fields, where), fields.get("problem", "")))
-    if not students:
-        raise RosterError("no students in the roster", path=source)
     return students
-
-
 def _late(fields: Mapping[str, str], where: str) -> Mapping[str, Any] | None:
     """The late columns of a collected roster (None where there are none)."""
     if not fields.get("collected_at"):
