@@ -83,7 +83,7 @@ table{border-collapse:collapse}td,th{padding:2px 6px;border:1px solid #ddd;text-
 #students th{background:#f5f5f5;vertical-align:bottom;white-space:nowrap}#students th.lab{text-align:center;vertical-align:middle}
 #students th[data-col]{cursor:pointer;user-select:none}#students th[data-col]:hover{background:#e3f2fd}
 #students th.k{padding:4px 0;font-weight:normal;font-size:11px;color:#444}
-#students th.k span{writing-mode:vertical-rl;transform:rotate(180deg);display:inline-block;max-height:14em;overflow:hidden;text-overflow:ellipsis}
+#students th.k span{writing-mode:vertical-rl;transform:rotate(180deg);display:inline-block;max-height:16em;overflow:hidden;text-overflow:ellipsis}
 #students th[aria-sort=ascending]::after{content:" \\25B2";font-size:9px}#students th[aria-sort=descending]::after{content:" \\25BC";font-size:9px}
 #students th.k[aria-sort]::after{content:none}#students th.k[aria-sort]{background:#bbdefb}
 #students td.s{white-space:nowrap;font-family:monospace}#students td.n{text-align:right;white-space:nowrap}
@@ -91,7 +91,7 @@ table{border-collapse:collapse}td,th{padding:2px 6px;border:1px solid #ddd;text-
 .st{font-size:12px;padding:1px 6px;border-radius:8px;white-space:nowrap}.st-graded{background:#e8f5e9}
 .st-not-due{background:#bbdefb}.st-not-handed-in{background:#eeeeee}.st-no-results{background:#fff3e0}
 .late{background:#fff8e1}#students td.s{position:sticky;left:0;background:#fff}#students tr.late td.s{background:#fff8e1}
-#students th[data-key=student]{position:sticky;left:0;z-index:1}
+#students th[data-key=student]{position:sticky;left:0;z-index:1}#students th[rowspan]{width:1px}.flags summary{white-space:nowrap}
 .bars{display:flex;gap:2em;flex-wrap:wrap}.bar{display:flex;align-items:flex-end;gap:3px;height:120px}
 .bar div{width:26px;background:#1565c0;color:#fff;font-size:11px;text-align:center}.bar div.none{background:#9e9e9e}
 .axis{display:flex;gap:3px;font-size:10px}.axis span{width:26px;text-align:center}
@@ -110,7 +110,7 @@ NOT_DUE_MARK = "collect: not collected yet"
 NOTHING_MARKS = ("collect: the repository is empty", "collect: repository not found",
                  "collect: the repository's default branch names no commit", "repository not found:")
 NO_LABS_MARK = " has no labs/ folder"
-#: The columns before the checks': sort key, header, and whether the header spans both header rows.
+#: The columns before the checks': sort key (in the address: #sort=score-desc) and header.
 COLUMNS = (("student", "Student"), ("status", "Status"), ("score", "Score"), ("late", "Late days"),
            ("penalty", "Penalty"), ("flags", "Flags"))
 #: Sort order of a check's cells: the ones that need a look first.
