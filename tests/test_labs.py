@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from grader import cli
 from grader.course import readme
 from grader.course.validate import judge, load_solutions, render, validate
 from grader.engine.grade import LabGrading
@@ -82,6 +83,50 @@ def test_an_unlisted_known_solution_is_an_error(lab_copy):
     (lab_copy / "solutions" / "wrong" / "forgotten.cu").write_text("// not listed\n")
     with pytest.raises(SpecError, match="wrong/forgotten.cu has no expected verdicts"):
         load_solutions(load_lab(lab_copy))
+
+
+def _check_lab(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What `cuda-grader check-lab` says of a lab it refuses: one line, no trace."""
+    assert cli.main(["check-lab", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def test_check_lab_refuses_a_launcher_the_interface_header_does_not_declare(lab_copy, capsys):
+    """Every student's file, and the reference, would fail to link: the lab is refused before anyone is graded."""
+    yaml_path = lab_copy / "lab.yaml"
+    _edit(yaml_path, "launcher:\n  name: matmul\n", "launcher:\n  name: matmul_tiled\n")
+    err = _check_lab(yaml_path, capsys)
+    assert err == (f"error: {yaml_path}: launcher.name: 'matmul_tiled' is not declared in the interface header interface.h, "
+                   "so every student's file and the reference would fail to link (it declares: matmul); did you mean 'matmul'?\n")
+    _edit(yaml_path, "name: matmul_tiled\n", "name: matmul\n")
+    assert cli.main(["check-lab", str(yaml_path)]) == 0 and capsys.readouterr().out.endswith(": ok (5 correctness cases, 24 points)\n")
+    # named in a comment only, or declared without C linkage (a C++ symbol the linker never finds under that name)
+    header = lab_copy / "interface.h"
+    _edit(header, 'extern "C" void matmul(', '// matmul(M, N, P, width) is yours to write\nextern "C" void matmul2(')
+    assert "launcher.name: 'matmul' is not declared in the interface header interface.h" in _check_lab(yaml_path, capsys)
+    _edit(header, 'extern "C" void matmul2(', "void matmul(")
+    assert ("launcher.name: 'matmul' is declared in interface.h without extern \"C\": its symbol would be the C++ mangled name"
+            in _check_lab(yaml_path, capsys))
+    _edit(header, "void matmul(", '#ifdef __cplusplus\nextern "C" {\n#endif\nvoid matmul(')
+    header.write_text(header.read_text() + '#ifdef __cplusplus\n}\n#endif\n')
+    assert cli.main(["check-lab", str(yaml_path)]) == 0, capsys.readouterr().err  # the C block form is C linkage too
+
+
+def test_check_lab_refuses_an_id_that_is_not_the_folders_name(lab_copy, capsys):
+    """The folder finds the lab and the id names the student's file: they would disagree."""
+    yaml_path = lab_copy / "lab.yaml"
+    _edit(yaml_path, "id: tiled_matmul\n", "id: tiled_matmul_2026\n")
+    err = _check_lab(lab_copy, capsys)
+    assert err.startswith(f"error: {yaml_path}: id: 'tiled_matmul_2026' is not the lab's folder name ('tiled_matmul'): ")
+    assert "write id: tiled_matmul, or rename the folder" in err
 
 
 def test_one_failing_submission_does_not_take_down_the_batch(monkeypatch, tmp_path):

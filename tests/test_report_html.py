@@ -1,8 +1,10 @@
 """report.html and the roofline: one repository's grading on one self-contained page, each lab's
-timed kernels against the GPU's FP32 and DRAM roofs, and the same figures in report.md."""
+timed kernels against the GPU's FP32 and DRAM roofs, and the same figures in report.md; checks that
+did not run grouped by reason under a "not a final grade" banner, also in a real headless browser."""
 
 from __future__ import annotations
 
+import headless
 import pytest
 
 from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage
@@ -80,3 +82,46 @@ def test_a_class_folder_has_the_page_without_the_pictures(tmp_path):
     files.write_folder([_report()], {"student": "alice"}, tmp_path, pictures=False)
     assert (tmp_path / "report.html").is_file() and "<circle " in (tmp_path / "report.html").read_text()
     assert not list(tmp_path.glob("roofline-*.png"))
+
+
+NO_GPU = "needs a GPU: no CUDA device is visible"
+
+
+def _not_run() -> LabReport:
+    """A lab graded without a GPU, as a CPU-only class grades it: most of its checks skipped for one reason."""
+    checks = (CheckResult("compile", Stage.COMPILE, Outcome.PASS, 0, 0, "compiled"),
+              CheckResult("shared_memory_tiles", Stage.STATIC, Outcome.PASS, 2, 2, "uses shared memory"),
+              *(CheckResult(f"correctness[width={w}]", Stage.CORRECTNESS, Outcome.SKIPPED, 0, 2, NO_GPU) for w in range(16, 16 * 31, 16)),
+              CheckResult("speedup_vs_naive", Stage.SPEED, Outcome.SKIPPED, 0, 4, "timing turned off (--no-timing)"))
+    return LabReport("tiled_matmul", "Tiled matrix multiplication", "labs/tiled_matmul/student.cu", checks, ENV, (), {})
+
+
+def test_checks_that_did_not_run_are_one_row_per_reason_under_a_not_final_banner():
+    page = html.render([_not_run()], {"student": "alice"})
+    assert page.count(NO_GPU) == 2  # the banner's line and the lab's one row, not a row per check
+    assert page.count("<td class=\"o skipped\">") == 2
+    assert "<b>Not a final grade:</b> 31 checks did not run here (64 points not checked):" in page
+    assert f"<li>{NO_GPU}: 30 checks, 60 points</li><li>timing turned off (--no-timing): 1 check, 4 points</li>" in page
+    assert "<details><summary>30 checks</summary><code>correctness[width=16]</code>, " in page
+    assert all(page.count(f"<code>correctness[width={w}]</code>") == 1 for w in range(16, 16 * 31, 16))
+    assert "<td>0/60</td>" in page and "<code>speedup_vs_naive</code></td><td>0/4</td>" in page
+    assert "Not a final grade" not in html.render([_report()], {"student": "alice"})  # every check ran
+
+
+def test_a_check_the_grader_failed_on_makes_the_grade_not_final():
+    failed = CheckResult("speed", Stage.SPEED, Outcome.ERROR, 0, 4, "internal grader error 1a2b3c4d (OSError: x); the trace is in log")
+    report = _report()
+    page = html.render([LabReport(**{**report.__dict__, "checks": (*report.checks, failed)})])
+    assert "<b>Not a final grade:</b> 1 check did not run here (4 points not checked):" in page
+    assert "the grader failed on 1 check (an internal grader error: grade again)" in page
+
+
+@headless.needs_browser
+def test_a_headless_browser_shows_the_banner_and_the_grouped_skips(tmp_path):
+    path = tmp_path / "report.html"
+    path.write_text(html.render([_not_run()], {"student": "alice"}))
+    dom = headless.dump_dom(path.as_uri(), tmp_path / "profile")
+    assert '<div class="note"><b>Not a final grade:</b> 31 checks did not run here' in dom
+    assert dom.count('<td class="o skipped">skipped</td>') == 2 and "<script" not in dom
+    shot = headless.screenshot(path.as_uri(), tmp_path / "report.png", tmp_path / "profile", (1000, 700))
+    assert shot[:8] == b"\x89PNG\r\n\x1a\n"

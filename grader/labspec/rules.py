@@ -1,10 +1,13 @@
-"""The rules of a lab.yaml that span keys: parameters every case and shape names, expressions that
-evaluate, ids that are unique, thresholds that compare with what exists. Each error names the
-file and the key."""
+"""The rules of a lab.yaml that span keys, or a key and a file: parameters every case and shape
+names, expressions that evaluate, ids that are unique, thresholds that compare with what exists,
+the lab's id that is its folder's name, and the launcher that the interface header declares with
+C linkage (a name it does not declare, or declares as C++, is a link error for every student and
+the reference alike). Each error names the file, the key and the value."""
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Callable, Mapping
@@ -15,12 +18,25 @@ from .spec import CounterCheck, LabSpec, ParamValue, SpeedCheck, scored_on_basel
 
 #: Builds the error for a key of the lab file being validated.
 Fail = Callable[[str, str], SpecError]
+#: The most of an interface header read to find the launcher's declaration.
+HEADER_LIMIT = 1 << 20
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+_C_BLOCK = re.compile(r'extern\s*"C"\s*\{')
+_FUNCTION = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+_NOT_FUNCTIONS = frozenset({"if", "defined", "sizeof", "__attribute__", "__declspec", "alignas", "decltype", "return"})
 
 
 def validate_lab(spec: LabSpec, path: Path) -> None:
     def fail(key: str, message: str) -> SpecError:
         return SpecError(message, path=path, key=key)
 
+    folder = Path(os.path.abspath(path)).parent.name
+    if spec.id != folder:
+        raise fail("id", f"{spec.id!r} is not the lab's folder name ({folder!r}): the student's file is labs/<id>/student.cu and "
+                         f"the lab is found by its folder, so they must agree: write id: {folder}, or rename the folder")
+    problem = launcher_problem(spec.files.header, spec.launcher.name)
+    if problem:
+        raise fail("launcher.name", problem)
     known_baselines = set(spec.baseline_names)
     args = spec.launcher.args
     seen: set[str] = set()
@@ -103,6 +119,38 @@ def validate_lab(spec: LabSpec, path: Path) -> None:
         if check.kind == "reduction" and not check.baseline:
             raise fail(f"{key}.baseline", "a 'reduction' counter check compares with a baseline: name one")
         _threshold(check, known_baselines, fail, key, spec.has_course_files)
+
+
+def launcher_problem(header: Path, name: str) -> str:
+    """Why ``header`` does not declare the function ``name`` with C linkage ("" when it does)."""
+    with open(header, "rb") as fh:
+        text = _COMMENT.sub(" ", fh.read(HEADER_LIMIT).decode("utf-8", errors="replace"))
+    where = [m.start() for m in re.finditer(rf"\b{re.escape(name)}\s*\(", text)]
+    if not where:
+        declared = sorted({f for f in _FUNCTION.findall(text) if f not in _NOT_FUNCTIONS})
+        near = difflib.get_close_matches(name, declared, n=1)
+        return (f"{name!r} is not declared in the interface header {header.name}, so every student's file and the reference "
+                f"would fail to link (it declares: {', '.join(declared) or 'no function'})" + (f"; did you mean {near[0]!r}?" if near else ""))
+    if not any(_c_linkage(text, at) for at in where):
+        return (f"{name!r} is declared in {header.name} without extern \"C\": its symbol would be the C++ mangled name, "
+                "and every student's file and the reference would fail to link; declare it extern \"C\"")
+    return ""
+
+
+def _c_linkage(text: str, at: int) -> bool:
+    """Whether the declaration at ``at`` has C linkage: ``extern "C"`` before it in the same
+    declaration, or an ``extern "C" { ... }`` block around it."""
+    start = max(text.rfind(c, 0, at) for c in ";{}")
+    if re.search(r'extern\s*"C"', text[start + 1:at]):
+        return True
+    for block in _C_BLOCK.finditer(text, 0, at):
+        depth, i = 1, block.end()
+        while depth and i < at:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth:
+            return True
+    return False
 
 
 def _unique(ids: set[str], name: str, fail: Fail, key: str) -> None:

@@ -85,14 +85,14 @@ def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose
                 extra = f", {row['gbps']} GB/s ({row.get('pct_dram_peak', '?')}% of DRAM peak)"
             noisy = " [noisy: CV above the limit after a re-measure]" if row.get("noisy") else ""
             out.append(f"  time {lib}: median {row['median_ms']:.4f} ms, min {row['min_ms']:.4f} ms, CV {row['cv_pct']}%, n={row['n']}{extra}{noisy}")
-        for reason, group in _by_reason(skipped).items() if not verbose else ():
+        for reason, group in by_reason(skipped).items() if not verbose else ():
             tag = f"{Outcome.SKIPPED.symbol:<5}"
             if color:
                 tag = f"\x1b[{_COLORS[Outcome.SKIPPED]}m{tag}\x1b[0m"
             pts = f"{0:>5}/{fmt_points(sum(c.max_points for c in group)):<3}"
             out.append(f"  {tag} {pts} {plural(len(group), 'check')} ({', '.join(c.id for c in group)}): {reason}")
         if skipped and verbose:
-            out.append(f"  skipped {plural(len(skipped), 'check')}: " + "; ".join(_by_reason(skipped)))
+            out.append(f"  skipped {plural(len(skipped), 'check')}: " + "; ".join(by_reason(skipped)))
         if r.environment.get("sandbox"):
             out.append(f"  sandbox: {clean_line(str(r.environment['sandbox']))}")
         out.append(f"  {score_line(r, note)}")
@@ -106,7 +106,7 @@ def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose
     return neutralize_commands("\n".join(out) + "\n")
 
 
-def _by_reason(checks: list[CheckResult]) -> dict[str, list[CheckResult]]:
+def by_reason(checks: list[CheckResult]) -> dict[str, list[CheckResult]]:
     """The checks by the reason they give, in the order the reasons first come."""
     groups: dict[str, list[CheckResult]] = {}
     for c in checks:
