@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from . import completion
 from .cachedirs import default_cache_dir
@@ -39,7 +40,7 @@ from .gradebook import lms
 from .gradebook.grades import read_manifest
 from .gradebook.late import LatePolicy, load_policy
 from .gradebook.merge import merge as merge_shards
-from .gradebook.records import StudentRecord
+from .gradebook.records import StudentRecord, sandbox_note
 from .host.hostdirs import private_dir
 from .host.hostlock import lock_place
 from .host.safeio import regular_file
@@ -179,8 +180,15 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
           f"{args.out}/summary.md, one folder per student in {args.out}/students")
     for r in troubled:
         print(neutralize_commands(clean_line(f"  {r.student}: {'; '.join(r.problems)}"))[:300])
+    _say_unsandboxed(run.rows)
     _write_exports(exports, args, args.out, list(run.rows))
     return EXIT_OK
+
+
+def _say_unsandboxed(rows: Sequence[StudentRecord]) -> None:
+    note = sandbox_note(rows)
+    if note:
+        print(neutralize_commands(clean_line(f"NOT SANDBOXED: {note}")))
 
 
 def _exports(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -216,6 +224,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     exports = _exports(args)
     rows = merge_shards(args.shards, args.out)
     print(f"merged {len(args.shards)} shards: {len(rows)} students in {args.out}/grades.csv and {args.out}/summary.md")
+    _say_unsandboxed(rows)
     _write_exports(exports, args, args.out, rows)
     return EXIT_OK
 

@@ -119,7 +119,7 @@ def _report(out: Path, sid: str) -> dict:
     return json.loads((out / "students" / sid / "report.json").read_text())
 
 
-TEXT_COLUMNS = ("student", "status", "problems", "commit", "not_run", "late_flags")
+TEXT_COLUMNS = ("student", "status", "problems", "commit", "not_run", "late_flags", "sandbox")
 
 
 def _numeric(row: dict[str, str]) -> dict[str, object]:
@@ -146,7 +146,7 @@ def test_the_class_log_holds_each_student_s_steps_on_their_lane(single):
 def test_grades_csv_has_one_row_per_student_and_validates(single):
     header, rows = _rows(single)
     assert header == ["student", *LABS, "total", "max_total", "status", "problems", "commit", "not_run",
-                      "raw_total", "late_days", "penalty", "late_flags"]
+                      "raw_total", "late_days", "penalty", "late_flags", "sandbox"]
     assert {r["not_run"] for r in rows.values()} == {"gpu"}  # graded with --no-gpu: no row is a final grade
     assert list(rows) == ROSTER_ORDER
     validator = _schema("grades.schema.json")

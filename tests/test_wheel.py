@@ -4,11 +4,7 @@ course file anywhere near it, grading the released student repository from its o
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -61,42 +57,10 @@ def assert_no_course_file(tree: Path, specs: list[LabSpec]) -> None:
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
-    """A wheel built from the package's own files, installed into a new virtual environment."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "grader", src / "grader", ignore=shutil.ignore_patterns("__pycache__"))
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                            "--quiet", "-w", str(tmp / "dist"), str(src)], capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr
-    (wheel,) = (tmp / "dist").glob("cuda_lab_grader-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "grader/cli.py" in names and "grader/cuda/support.cu" in names
-    assert all(n.startswith(("grader/", "cuda_lab_grader-")) for n in names), names
-    assert not [n for n in names if "labs/" in n or "reference" in n or "solutions" in n]
-
-    venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
-    # the dependencies (numpy, PyYAML, ...) from this interpreter's folders, not the grader: a
-    # plain path in a .pth file runs none of the .pth files there (an editable install's among them)
-    deps = [p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
-    (site / "_grader_test_deps.pth").write_text("\n".join(deps) + "\n")
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-                              "--quiet", str(wheel)], capture_output=True, text=True, timeout=300)
-    assert install.returncode == 0, install.stderr
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADER_", "GITHUB_", "PYTHON", "VIRTUAL_ENV"))}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-               GRADER_CACHE_DIR=str(tmp / "cache"), GRADER_LOG=str(tmp / "internal-errors.log"))
-    where = run([str(python), "-c", "import grader; print(grader.__file__)"], tmp, env)
-    assert where.stdout.strip().startswith(str(site)), where.stdout
-    return venv / "bin" / "cuda-grader", env, tmp
+def fresh(installed_wheel) -> tuple[Path, dict[str, str], Path]:
+    """The wheel installed into a fresh virtual environment, built once per session (conftest's
+    ``installed_wheel``): its ``cuda-grader``, the environment to run it in, and its folder."""
+    return installed_wheel
 
 
 def test_without_a_bundle_the_installed_grader_finds_no_labs(fresh):

@@ -108,9 +108,14 @@ class Display:
             for line in self.still():
                 self.say(line)
 
-    def say(self, message: str) -> None:
-        if not self.quiet:
+    def say(self, message: str, always: bool = False) -> None:
+        if always or not self.quiet:
             print(neutralize_commands(clean_line(message)), file=self.stream, flush=True)
+
+    def warn(self, message: str) -> None:
+        """A line the run shows even with -q, and keeps in the class's log."""
+        self._write_log("", "", message)
+        self.say(message, always=True)
 
     def begin(self, total: int, skipped: int, lanes: list[str]) -> None:
         self.total, self.started = total, time.monotonic()
@@ -172,11 +177,11 @@ class LiveDisplay(Display):
             self.lanes[name] = self.progress.add_task(f"  {name}: idle", total=None, start=False)
         self.progress.start()
 
-    def say(self, message: str) -> None:
+    def say(self, message: str, always: bool = False) -> None:
         if getattr(self, "task", None) is not None:
             self.progress.console.print(neutralize_commands(clean_line(message)), markup=False, highlight=False)
         else:
-            super().say(message)
+            super().say(message, always)
 
     def lane(self, lane: str, student: str, text: str) -> None:
         self._note(lane, student, text)

@@ -5,6 +5,11 @@
     OUT/summary.md       class statistics, pictures in OUT/plots/, students whose grading hit an error
     OUT/class.json       what the folder holds (labs, roster, shard, grader, options)
     OUT/lanes.log        every lane's steps, with the seconds since the run began (appended at each run)
+
+A class runs student code only inside the sandbox: where bubblewrap cannot start, it refuses
+before anything is graded (an input error naming bubblewrap's own message and what the host
+needs), and every lane, in a process of its own, refuses in turn for each student. Only a TA's
+choice (``--no-sandbox``, ``GRADER_SANDBOX=off``) grades without it, and then every output says so.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from ..gradebook.grades import Manifest
 from ..gradebook.records import STUDENTS_DIR, StudentRecord
 from ..host import gpus
 from ..isolation import sandbox as sandboxing
-from ..isolation.options import GradeOptions, default_archs
+from ..isolation.options import GradeOptions, default_archs, sandbox_for
 from ..labspec import paths
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
@@ -81,10 +86,22 @@ def manifest_for(specs: list[LabSpec], roster: list[Student], graded: list[str],
                     {"version": __version__, "source": grader_source_hash()}, options_key(options))
 
 
+def class_sandbox(options: GradeOptions) -> tuple[GradeOptions, str]:
+    """The options a class grades with (the sandbox required, in its lanes too: the options travel
+    with each student), and "" or why its student code runs unsandboxed (turned off by the TA). A
+    sandbox that cannot start is a GraderError (:func:`grader.isolation.sandbox.refusal`)."""
+    if options.sandbox:
+        options = dataclasses.replace(options, sandbox_required=True)
+    found = sandbox_for(options)
+    return options, "" if found.active else found.reason
+
+
 def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions, display: Display) -> ClassRun:
     """Grade the class with the course's labs (an input error when the only labs found are a
-    repository's own bundle: see ``paths.course_labs``)."""
+    repository's own bundle: see ``paths.course_labs``) in the sandbox (an input error where it
+    cannot start, unless turned off: :func:`class_sandbox`)."""
     labs = paths.course_labs("grade-class")
+    options, unsandboxed = class_sandbox(options)
     specs = [find_lab(lab_id) for lab_id in (cls.labs or tuple(lab_ids()))]
     chosen = cls.shard.select([s.id for s in roster]) if cls.shard else {s.id for s in roster}
     students = [s for s in roster if s.id in chosen]
@@ -96,6 +113,9 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
     plan.recover(cls.out)
     scratch = Path(tempfile.mkdtemp(prefix="grade-class-"))
     display.keep_log(cls.out / LANES_LOG)
+    if unsandboxed:
+        display.warn(f"NOT SANDBOXED: student code runs without bubblewrap in this run ({unsandboxed}): it can read and "
+                     "change whatever the grader's user can; grades.csv, summary.md and dashboard.html say so")
     try:
         outputs = {"gradescope_visibility": cls.visibility}
         jobs = [plan.plan_student(s, specs, options, cls.out, scratch, where, labs, outputs) for s in students]

@@ -26,6 +26,7 @@ from .. import __version__
 from ..errors import GraderError
 from ..host.safeio import SOURCE_LIMIT_BYTES, read_beneath, read_file
 from ..isolation.options import GradeOptions, probe_for, sandbox_for
+from ..isolation.sandbox import detect as detect_sandbox
 from ..labspec import paths
 from ..labspec.spec import LabSpec
 from ..labspec.version import lab_version, sha256, tree_hash
@@ -173,6 +174,15 @@ def utc_stamp(t: datetime.datetime) -> str:
     return t.astimezone(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def _sandbox_said(options: GradeOptions) -> str:
+    """The sandbox a grading would use, for a report none of whose labs got as far as saying it; where
+    a class's sandbox could not start, that it was refused (no student code ran)."""
+    try:
+        return sandbox_for(options).describe()
+    except GraderError:
+        return f"refused: {detect_sandbox().reason}; no student code ran"
+
+
 def completed(identity: Identity, reports: list[LabReport], options: GradeOptions) -> Identity:
     """``identity`` with the time, the host, the GPU and the sandbox that graded ``reports``."""
     env: Mapping[str, object] = reports[0].environment if reports and reports[0].environment else {}
@@ -181,7 +191,7 @@ def completed(identity: Identity, reports: list[LabReport], options: GradeOption
         probe = probe_for(options)
         gpu = probe.gpu.name if probe.gpu else f"none: {probe.reason}"
         driver = probe.gpu.driver if probe.gpu else None
-        sandbox = sandbox_for(options).describe()
+        sandbox = _sandbox_said(options)
     now = utc_stamp(datetime.datetime.now(datetime.timezone.utc))
     return dataclasses.replace(identity, graded_at=now, host=socket.gethostname(), gpu=str(gpu),
                                driver=str(driver) if driver is not None else None, sandbox=str(sandbox))

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from ..outcome import fmt_points
 from ..textutil import HTML_CSP, clean_line, html_line, plural
-from .records import StudentRecord, Verdict
+from .records import StudentRecord, Verdict, sandbox_note
 from .summary import BANDS, band_counts
 
 NAME = "dashboard.html"
@@ -272,6 +272,10 @@ def render(manifest: Any, rows: Sequence[StudentRecord], not_run: Mapping[str, t
              f"(sources {html_line(str(grader.get('source', ''))[:12])})"
              + (f", shard {html_line(manifest.shard)}" if manifest.shard else "") + "; every score below is in "
              "<code>grades.csv</code>, after any late penalty.</p>", _standing(rows, statuses)]
+    unsandboxed = sandbox_note(rows)
+    if unsandboxed:
+        parts.append(f'<p class="note"><b>Not sandboxed:</b> {html_line(unsandboxed)} (grades.csv, <code>sandbox</code> '
+                     "<code>none</code>).</p>")
     if any(not_run.get(r.student) for r in graded):
         who = sum(1 for r in graded if not_run.get(r.student))
         parts.append(f'<p class="note"><b>Not a final grade:</b> some checks did not run for {who} of {len(graded)} '

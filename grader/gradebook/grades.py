@@ -12,7 +12,9 @@ families of checks that did not run for the student: ``gpu``, or ``timing``, ``c
 ``sanitizers`` turned off; a row with any is not a final grade), then, from a roster written by
 ``cuda-grader collect``, ``raw_total`` (before the late penalty; ``total`` is after it),
 ``late_days``, ``penalty`` (the fraction taken) and ``late_flags`` (what the commits claimed that
-the collection contradicts, force pushes).
+the collection contradicts, force pushes), and last ``sandbox``: ``bubblewrap`` where the student's
+code ran in the sandbox, ``none`` where it ran without (``--no-sandbox``): such a grade holds only as
+far as the student's code can be trusted.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ GRADES = "grades.csv"
 SUMMARY = "summary.md"
 MANIFEST_VERSION = 1
 #: The columns of grades.csv after the labs'.
-TAIL_COLUMNS = ("total", "max_total", "status", "problems", "commit", "not_run", "raw_total", "late_days", "penalty", "late_flags")
+TAIL_COLUMNS = ("total", "max_total", "status", "problems", "commit", "not_run", "raw_total", "late_days", "penalty", "late_flags",
+                "sandbox")
 #: The option of each family of GPU checks that can be turned off (class.json's options).
 FAMILIES = ("timing", "counters", "sanitizers")
 
@@ -85,6 +88,13 @@ def not_run(manifest: Manifest, record: StudentRecord) -> tuple[str, ...]:
     return tuple(f for f in FAMILIES if manifest.options.get(f) is False)
 
 
+def sandbox_column(record: StudentRecord) -> str:
+    """``bubblewrap``, ``none`` (the student's code ran unsandboxed), or "" where nothing is known."""
+    if record.unsandboxed:
+        return "none"
+    return "bubblewrap" if record.sandbox.startswith("bubblewrap") else ""
+
+
 def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -94,7 +104,8 @@ def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
         late = r.late or {}
         writer.writerow([r.student, *scores, fmt_points(r.total), fmt_points(manifest.max_total), r.status,
                          sheet_cell("; ".join(r.problems)), r.commit or "", " ".join(not_run(manifest, r)), fmt_points(r.raw_total),
-                         str(late.get("late_days", "")), f"{r.penalty:.4g}" if r.late else "", sheet_cell(" | ".join(late.get("flags", [])))])
+                         str(late.get("late_days", "")), f"{r.penalty:.4g}" if r.late else "", sheet_cell(" | ".join(late.get("flags", []))),
+                         sandbox_column(r)])
     return buf.getvalue()
 
 

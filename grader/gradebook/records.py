@@ -10,8 +10,9 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from ..isolation.sandbox import NONE_TAIL
 from ..textutil import clean_line
 
 PROBLEM_CHARS = 200
@@ -55,6 +56,7 @@ class StudentRecord:
     graded: bool = True  # False: no results were found for this student
     gpu: str = ""  # the GPU graded on, or "none: why" (the GPU checks did not run)
     late: Mapping[str, Any] | None = None  # from a collected roster: late_days, penalty, flags
+    sandbox: str = ""  # the sandbox the student's code ran in (the report's), or "none: why"
 
     @property
     def raw_total(self) -> float:
@@ -90,6 +92,13 @@ class StudentRecord:
         return self.gpu.removeprefix("none: ") if self.gpu.startswith("none") else ""
 
     @property
+    def unsandboxed(self) -> str:
+        """Why this student's code ran without the sandbox ("" where it ran in it, or nothing is known)."""
+        if not self.sandbox.startswith("none"):
+            return ""
+        return self.sandbox.removeprefix("none: ").removesuffix(NONE_TAIL) or "no sandbox"
+
+    @property
     def problems(self) -> tuple[str, ...]:
         """The first error of each lab that hit one ("all labs: ..." when they share it)."""
         if not self.graded:
@@ -119,9 +128,22 @@ def record_from(doc: Mapping[str, Any], student: str) -> StudentRecord:
             verdicts.append(Verdict(str(lab["lab"]), str(c["id"]), str(c["outcome"]), float(c["points"]),
                                     float(c["max_points"]), str(c.get("message", ""))))
     identity = doc.get("identity") or {}
-    commit, gpu, late = identity.get("commit"), identity.get("gpu"), identity.get("late")
+    commit, gpu, late, sandbox = identity.get("commit"), identity.get("gpu"), identity.get("late"), identity.get("sandbox")
     return StudentRecord(student, tuple(labs), tuple(verdicts), commit if isinstance(commit, str) else None,
-                         gpu=gpu if isinstance(gpu, str) else "", late=late if isinstance(late, dict) else None)
+                         gpu=gpu if isinstance(gpu, str) else "", late=late if isinstance(late, dict) else None,
+                         sandbox=sandbox if isinstance(sandbox, str) else "")
+
+
+def sandbox_note(rows: Sequence[StudentRecord]) -> str:
+    """"" where every graded student's code ran in the sandbox; else how many did not, and why
+    (said by the terminal, summary.md and the dashboard; grades.csv has it per row)."""
+    graded = [r for r in rows if r.graded]
+    without = [r for r in graded if r.unsandboxed]
+    if not without:
+        return ""
+    why = "; ".join(sorted({r.unsandboxed for r in without}))
+    return (f"the code of {len(without)} of {len(graded)} students ran without the sandbox ({why}): it could read and "
+            "change whatever the grader's user can, so their grades hold only as far as that code can be trusted")
 
 
 def load(folder: Path, student: str) -> StudentRecord:

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from ..outcome import fmt_points
 from ..textutil import clean_line, markdown_code, markdown_text
 from . import plots
-from .records import StudentRecord
+from .records import StudentRecord, sandbox_note
 
 #: Score bands of the distribution table, as fractions of the lab's points: (label, low, high].
 BANDS = (("0", -1.0, 0.0), ("1-24%", 0.0, 0.25), ("25-49%", 0.25, 0.5), ("50-74%", 0.5, 0.75), ("75-99%", 0.75, 0.99999),
@@ -77,6 +77,8 @@ def write(out: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRe
     max_total = round(sum(float(lab["max_points"]) for lab in labs), 2)
     lines = [f"# Class summary: {len(rows)} students, {len(labs)} labs", ""]
     warning = banner(graded, not_run or {})
+    unsandboxed = sandbox_note(rows)
+    lines += [f"> **Not sandboxed:** {markdown_text(unsandboxed)} (grades.csv: `sandbox` is `none`).", ""] if unsandboxed else []
     lines += warning
     if len(graded) < len(rows):
         lines += [f"{len(rows) - len(graded)} students have no results yet (listed at the end).", ""]

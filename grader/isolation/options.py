@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..cachedirs import default_cache_dir
+from ..errors import GraderError
 from ..host import gpu
 from ..host.hostdirs import private_dir
 from . import sandbox as sandboxing
@@ -46,6 +47,7 @@ class GradeOptions:
     gpu: bool = True  # False: run only the checks that need no GPU
     keep_work: Path | None = None  # keep worker files under this folder
     sandbox: bool = True  # run compile and run steps in bubblewrap where it is installed
+    sandbox_required: bool = False  # a class run: where bubblewrap cannot start, refuse (unless turned off)
     submission_limit_s: float = 600.0  # all of one lab's grading of a submission, compile to timing
     secret: str | None = None  # seeds the graded inputs; default: $GRADER_SECRET, else new per run
 
@@ -95,7 +97,14 @@ def kernel_cache(options: GradeOptions) -> Path:
 
 
 def sandbox_for(options: GradeOptions) -> sandboxing.Sandbox:
-    return sandboxing.detect() if options.sandbox else sandboxing.Sandbox(None, reason="turned off (--no-sandbox)")
+    """The sandbox student code runs in: every step of a grading asks here. Where the options require
+    one (a class run, in every lane of it) and it cannot start, a GraderError, never a step unsandboxed."""
+    if not options.sandbox:
+        return sandboxing.Sandbox(None, reason="turned off (--no-sandbox)", turned_off=True)
+    found = sandboxing.detect()
+    if options.sandbox_required and not found.active and not found.turned_off:
+        raise GraderError(sandboxing.refusal(found))
+    return found
 
 
 def probe_for(options: GradeOptions) -> gpu.GpuProbe:

@@ -6,7 +6,8 @@ the files handed in and one writable scratch folder. The project (labs, referenc
 sources), the build cache, home folders and other submissions are not there. GPU device nodes
 are passed with ``--dev-bind`` (CUDA fails with a plain bind or a fresh /dev).
 
-Where bubblewrap is missing or cannot run, steps run unsandboxed and reports say so.
+Where bubblewrap is missing or cannot run, steps of a single grading run unsandboxed and reports
+say so; a class run refuses to grade instead (:func:`refusal`), unless the sandbox was turned off.
 """
 
 from __future__ import annotations
@@ -44,7 +45,19 @@ ENV_ALLOWED = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", 
 ENV_ALLOWED_PREFIXES = ("CUDA_", "CUPY_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
 TMP_SIZE_BYTES = 512 << 20  # the sandbox's private /tmp
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) to sandbox submissions"
+#: What a host needs for the sandbox to start: bubblewrap, and new namespaces allowed to it. A
+#: container runtime's default seccomp profile (Kubernetes' RuntimeDefault, Docker's) and its
+#: AppArmor profile refuse them, as do hosts that turn unprivileged user namespaces off.
+HOST_NEEDS = ("the host needs bubblewrap installed (Debian/Ubuntu: apt-get install bubblewrap) and allowed to create "
+              "namespaces: unprivileged user namespaces on (sysctl user.max_user_namespaces above 0, "
+              "kernel.unprivileged_userns_clone=1 where it exists, kernel.apparmor_restrict_unprivileged_userns=0 or an "
+              "AppArmor profile for bwrap that allows userns) and, in a container, no seccomp or AppArmor profile that "
+              "refuses them (Kubernetes: seccompProfile Unconfined or a Localhost profile that allows them, and AppArmor "
+              "unconfined, as ci/kubernetes/grade-class-job.yaml sets)")
 
+
+#: How ``Sandbox.describe`` ends where there is no sandbox (a class's gradebook reads it back).
+NONE_TAIL = "; the submission ran without a sandbox"
 
 #: Folders kept out of every sandbox beyond the course and the grader's own (a class's student
 #: folders), while :func:`kept_out` is in effect in this process.
@@ -60,6 +73,7 @@ class Sandbox:
     reason: str = ""  # why there is no sandbox
     userns_blocked: bool = False  # the sandbox cannot create user namespaces of its own
     userns_note: str = ""  # why it can, where it can
+    turned_off: bool = False  # by choice (--no-sandbox, GRADER_SANDBOX=off), not for want of bubblewrap
 
     @property
     def active(self) -> bool:
@@ -69,7 +83,7 @@ class Sandbox:
         if self.active:
             text = f"bubblewrap {self.version}: no network, read-only system, only scratch and the submission's build visible"
             return text if self.userns_blocked else f"{text}; new user namespaces allowed ({self.userns_note})"
-        return f"none: {self.reason}; the submission ran without a sandbox"
+        return f"none: {self.reason}{NONE_TAIL}"
 
     def wrap(self, cmd: list[str], *, read_only: Iterable[Path] = (), writable: Iterable[Path] = (),
              cwd: Path | None = None, hide: Iterable[Path] = ()) -> list[str]:
@@ -251,7 +265,7 @@ def detect() -> Sandbox:
     """The sandbox to use: bubblewrap if installed and working, unless ``GRADER_SANDBOX=off``."""
     mode = os.environ.get("GRADER_SANDBOX", "auto").lower()
     if mode in ("off", "0", "no", "none"):
-        return Sandbox(None, reason="turned off (GRADER_SANDBOX=off)")
+        return Sandbox(None, reason="turned off (GRADER_SANDBOX=off)", turned_off=True)
     path = os.environ.get("GRADER_BWRAP") or shutil.which("bwrap")
     if not path:
         return Sandbox(None, reason=f"bubblewrap is not installed ({INSTALL_HINT})")
@@ -264,6 +278,13 @@ def detect() -> Sandbox:
         return Sandbox(None, reason=f"bubblewrap at {path} cannot create a sandbox here ({why})")
     blocked, note = _userns_blocking(path)
     return Sandbox(path, version=version, userns_blocked=blocked, userns_note=note)
+
+
+def refusal(sandbox: Sandbox) -> str:
+    """Why a class run will not grade with ``sandbox`` (one that cannot start), and what would let it."""
+    return (f"grade-class runs student code only inside the sandbox, and it cannot start here: {sandbox.reason}; "
+            f"{HOST_NEEDS}; or pass --no-sandbox to grade without it (student code then runs as the grader's user, "
+            "and every output of the class says so)")
 
 
 def remove_read_only(folder: Path) -> None:
