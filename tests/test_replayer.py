@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from grader.counters import cubin
+from grader.counters import cubin, service
 from grader.counters import record as rec
 from grader.counters.plan import Alloc, ArraySlot, Copy, Free, Launch, Memset, Patch, SymbolCopy, Unreplayable, find, plan_call
 from grader.counters.record import CopyRecord, LaunchRecord, MalformedRecord, SymbolRecord, parse
+from grader.counters.task import BadAnswer, CaseTask, case_result, parse_line, task_text
 from grader.isolation.build import RECORDED_CALLS, WRAPPED_LAUNCHES, lab_build
-from grader.labspec.labs import find_lab
+from grader.isolation.sandbox import Sandbox
+from grader.labspec.labs import find_lab, lab_ids
 
 # ---------------------------------------------------------------- a record as the support file writes one
 
@@ -195,6 +197,50 @@ def test_words_inside_a_struct_parameter_are_mapped_too():
     assert plan.steps[0].patches == (Patch(0, 0, 1, 8),)
 
 
+def test_a_task_names_buffers_by_number_and_code_by_its_checked_symbols(tmp_path):
+    plan = plan_call(parse(reply(), ["in", "out", "mask"]), ARRAYS, MODULE)
+    case = CaseTask("c0", ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",), plan,
+                    {0: tmp_path / "in0.bin", 2: tmp_path / "in2.bin"}, {1: tmp_path / "out1.bin"})
+    lines = task_text("t", tmp_path / "module.cubin", MODULE, [case]).splitlines()
+    assert lines[:4] == [f"task t {tmp_path}/module.cubin", "global mask_c", "case c0",
+                         "metrics 1 l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"]
+    assert lines[4:8] == [f"buffer 0 4096 device input file {tmp_path}/in0.bin", "buffer 1 4096 device output pattern 0000c07f",
+                          f"buffer 2 12 host input file {tmp_path}/in2.bin", "buffer 3 4096 device scratch none -"]
+    params = f"{(SCRATCH + 16).to_bytes(8, 'little').hex()} {P_ADDR.to_bytes(8, 'little').hex()} 00040000"
+    assert lines[8:] == ["symbol mask_c 0 2 0 12", "alloc 3", "memset 3 0 0 4096", "copy 3 0 0 0 4096",
+                         f"launch _Z4convPKfPfi 4 1 1 256 1 1 0 3 {params}", "patch 0 0 3 16", "patch 1 0 1 0", "free 3",
+                         f"output 1 {tmp_path}/out1.bin", "run", "end"]
+    with pytest.raises(ValueError, match="not a token"):
+        task_text("t", Path("/a folder/module.cubin"), MODULE, [case])
+
+
+METRICS = {"c0": ("a.sum", "b.sum")}
+
+
+def test_a_case_answer_is_believed_only_in_its_exact_shape():
+    ok = {"case": "c0", "status": "ok", "values": {"a.sum": 524288.0, "b.sum": 0}, "passes": 2, "planned": 2, "ranges": 1,
+          "seconds": 0.16}
+    result = case_result(ok, METRICS)
+    assert result.ok and result.values == {"a.sum": 524288.0, "b.sum": 0.0} and result.passes == 2
+    failed = case_result({"case": "c0", "status": "failed", "reason": "launch: cudaErrorIllegalAddress"}, METRICS)
+    assert not failed.ok and "cudaErrorIllegalAddress" in failed.reason
+    bad = [
+        {**ok, "case": "c1"}, {**ok, "status": "great"}, {**ok, "extra": 1}, {**ok, "values": {"a.sum": 1}},
+        {**ok, "values": {"a.sum": 1, "b.sum": -1}}, {**ok, "values": {"a.sum": 1, "b.sum": float("nan")}},
+        {**ok, "values": {"a.sum": 1, "b.sum": 1e300}}, {**ok, "values": {"a.sum": "1", "b.sum": 1}},
+        {**ok, "passes": 0}, {**ok, "passes": True}, {**ok, "planned": 65},
+        {"case": "c0", "status": "failed", "reason": 3},
+    ]
+    for answer in bad:
+        with pytest.raises(BadAnswer):
+            case_result(answer, METRICS)
+    for line in ("x" * (65 << 10), "[1, 2]", "{not json"):
+        with pytest.raises(BadAnswer):
+            parse_line(line)
+
+
+# ---------------------------------------------------------------- real builds: the recorder and the device code
+
 @pytest.fixture(scope="module")
 def memory_types_build(tmp_path_factory):
     spec = find_lab("memory_types")
@@ -227,5 +273,60 @@ def test_the_device_code_is_taken_out_of_a_real_build_with_its_parameter_layout(
     assert cubin.read_cubin(module)[:4] == b"\x7fELF"
     assert "does not define" in cubin.module_of(modules, ["_Z5otherv"])
     assert cubin.extract(library, tmp_path / "none", "sm_80") == []
+
+
+# ---------------------------------------------------------------- the replayer program
+
+@pytest.fixture(scope="module")
+def replayer(tmp_path_factory) -> Path:
+    try:
+        service.find_cupti()
+    except service.ServiceError as exc:
+        pytest.skip(f"no CUPTI here: {exc}")
+    return service.replayer_binary(("sm_90",), tmp_path_factory.mktemp("replayer-build"))
+
+
+#: Replay passes per metric set on GH100 (H100, H200), as the Profiler Host API plans them (the probe's table).
+L1REQ, L1SEC = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
+UNION = (L1REQ, L1SEC, "smsp__sass_data_bytes_mem_global_op_ld.sum", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+         "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "smsp__sass_inst_executed_op_shared_ld.sum",
+         "smsp__sass_inst_executed_op_shared_st.sum", "smsp__sass_inst_executed_op_global_red.sum",
+         "smsp__sass_inst_executed_op_global_atom.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+
+
+def test_the_replayer_builds_with_the_real_nvcc_and_links_cupti_but_not_the_driver(replayer):
+    linked = subprocess.run(["ldd", str(replayer)], capture_output=True, text=True).stdout
+    assert "libcupti" in linked and "libcuda.so" not in linked  # (the driver is the runtime's to load, on a GPU)
+    again = service.replayer_binary(("sm_90",), replayer.parent.parent.parent)
+    assert again == replayer  # cached
+
+
+def test_the_pass_planner_gives_the_probes_pass_counts_without_a_gpu(replayer):
+    sets = [UNION, (L1REQ,), (L1REQ, L1SEC), ("dram__bytes_read.sum", "dram__bytes_write.sum"), ("gpu__time_duration.sum",),
+            ("no_such_metric.sum",)]
+    assert service.planned_passes(replayer, sets, "GH100")[:5] == [4, 1, 2, 1, 1]
+    assert "not available" in str(service.planned_passes(replayer, sets, "GH100")[5])
+
+
+def test_each_labs_counter_cases_plan_into_the_passes_the_probe_measured(replayer):
+    from grader.engine import launched
+
+    expected = {"tiled_matmul": [1, 1], "boundary_checks": [1, 1], "corner_turning": [3, 1], "histogram": [2],
+                "memory_types": [1, 1]}
+    for lab in lab_ids():
+        sets = list(launched.profiles_for(find_lab(lab)).metrics.values())
+        assert service.planned_passes(replayer, sets, "GH100") == expected[lab], lab
+
+
+def test_a_replayer_without_a_gpu_says_so_and_every_case_goes_to_the_profiler(replayer, tmp_path):
+    from grader.host import gpu
+
+    if gpu.probe().gpu is not None:
+        pytest.skip("this machine has a GPU")
+    runner = service.Replayer(replayer, tmp_path, Sandbox(None, reason="off"))
+    results = runner.run("task t /x\nend\n", {"c0": ("a.sum",), "c1": ("b.sum",)}, 30.0)
+    assert {r.id for r in results.values()} == {"c0", "c1"}
+    assert all("unavailable here: no CUDA device" in r.reason for r in results.values())
+    runner.close()
 
 
