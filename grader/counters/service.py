@@ -12,6 +12,7 @@ starts a fresh one. Each task holds the GPU's profiling lock, as an Nsight Compu
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import os
 import queue
@@ -19,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,7 +32,7 @@ from ..host import gputurns, toolchain
 from ..host.gpu import GpuInfo
 from ..host.gpulock import lock_folder, profiling_lock
 from ..host.hostdirs import private_dir
-from ..host.procgroup import kill_group
+from ..host.procgroup import kill_group, start_lasting
 from ..isolation.build import gencode_flags
 from ..isolation.sandbox import Sandbox, confined_env
 from .task import BadAnswer, CaseResult, case_result, parse_line
@@ -129,15 +131,16 @@ class Replayer:
     def _start(self) -> None:
         cmd = self.sandbox.wrap([str(self.binary)], read_only=(self.binary.parent, find_cupti().library.parent),
                                 writable=(self.stage,), cwd=self.stage)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     cwd=self.stage, env=confined_env(), start_new_session=True)
+        # (started from the grader's lasting thread: the sandbox ends a process with the thread that started it)
+        self.proc = start_lasting(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  cwd=self.stage, env=confined_env(), start_new_session=True)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True, name="replayer-output").start()
         first = self._answer(START_TIME_LIMIT_S)
         if first.get("status") == "ready" and isinstance(first.get("chip"), str):
             self.ready = first
             return
-        self.close()
+        self.close(kill=True)
         why = first.get("reason") if first.get("status") == "unavailable" else first.get("problem")
         self.unavailable = f"the counter replayer is unavailable here: {str(why)[:300] or 'it did not start'}"
 
@@ -179,14 +182,11 @@ class Replayer:
             return {case: CaseResult(case, reason=self.unavailable) for case in metrics}
         results: dict[str, CaseResult] = {}
         why = ""
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(text.encode())
-            self.proc.stdin.flush()
-        except OSError:
-            why = "the replayer ended"
+        # written beside the answers, so that a replayer stuck in a kernel cannot hold the grader past the limit
+        threading.Thread(target=self._send, args=(self.proc, text), daemon=True, name="replayer-task").start()
+        deadline = time.monotonic() + limit_s
         while not why:
-            answer = self._answer(limit_s)
+            answer = self._answer(max(0.0, deadline - time.monotonic()))
             if "problem" in answer or answer.get("status") == "fatal":
                 why = str(answer.get("problem") or answer.get("reason"))[:300]
             elif "task" in answer:
@@ -201,25 +201,35 @@ class Replayer:
                     break
                 results[result.id] = result
         if why and "loading the cubin" not in why:
-            self.close()  # (the next task starts a fresh process)
+            self.close(kill=True)  # (the next task starts a fresh process)
         return {case: results.get(case) or CaseResult(case, reason=f"the replayer stopped: {why or 'no answer'}")
                 for case in metrics}
 
-    def close(self) -> None:
+    @staticmethod
+    def _send(proc: subprocess.Popen[bytes], text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # (a replayer that ended: its answers say so)
+            assert proc.stdin is not None
+            proc.stdin.write(text.encode())
+            proc.stdin.flush()
+
+    def close(self, kill: bool = False) -> None:
+        """End the process: asked to quit when idle, killed (with its group) after a task went wrong."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
-        if proc.poll() is None:
-            try:
-                assert proc.stdin is not None
-                proc.stdin.write(b"quit\n")
-                proc.stdin.close()
-                proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                kill_group(proc.pid)
-                proc.wait()
-        elif proc.stdin is not None:
+        try:
+            if kill or proc.poll() is not None:
+                raise OSError("(no quit)")
+            assert proc.stdin is not None
+            proc.stdin.write(b"quit\n")
             proc.stdin.close()
+            proc.wait(timeout=5)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            kill_group(proc.pid)
+            proc.wait()
+            with contextlib.suppress(OSError, ValueError):
+                assert proc.stdin is not None
+                proc.stdin.close()
 
 
 _REPLAYERS: dict[str, Replayer] = {}
