@@ -5,19 +5,27 @@ What needs a GPU is marked ``gpu`` (and run whole by ``benchmarks/replayer_check
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from grader.checks.correctness import launcher_spec
+from grader.cli import _options, _parser
 from grader.counters import cubin, service
 from grader.counters import record as rec
+from grader.counters.collect import array_slots
 from grader.counters.plan import Alloc, ArraySlot, Copy, Free, Launch, Memset, Patch, SymbolCopy, Unreplayable, find, plan_call
 from grader.counters.record import CopyRecord, LaunchRecord, MalformedRecord, SymbolRecord, parse
 from grader.counters.task import BadAnswer, CaseTask, case_result, parse_line, task_text
 from grader.isolation.build import RECORDED_CALLS, WRAPPED_LAUNCHES, lab_build
+from grader.isolation.options import GradeOptions
 from grader.isolation.sandbox import Sandbox
 from grader.labspec.labs import find_lab, lab_ids
+from grader.worker.buffers import Slot, layout
+from grader.worker.protocol import Kind, record_task, tool_case_task
 
 # ---------------------------------------------------------------- a record as the support file writes one
 
@@ -197,6 +205,26 @@ def test_words_inside_a_struct_parameter_are_mapped_too():
     assert plan.steps[0].patches == (Patch(0, 0, 1, 8),)
 
 
+def test_array_slots_carry_the_workers_fill_of_each_output():
+    spec = find_lab("histogram")
+    slots = tuple(s for s in layout(launcher_spec(spec), {"n": 100, "text": "english"}, 0) if isinstance(s, Slot))
+    by_name = {a.name: a for a in array_slots(slots)}
+    assert by_name["bins"] == ArraySlot("bins", 28, "output", False, b"\x00" * 4)  # init: zero
+    assert by_name["text"] == ArraySlot("text", 100, "input", False, b"")
+    spec = find_lab("tiled_matmul")
+    slots = tuple(s for s in layout(launcher_spec(spec), {"width": 16}, 0) if isinstance(s, Slot))
+    assert array_slots(slots)[2].fill == np.array([np.nan], dtype=np.float32).tobytes()
+
+
+def test_a_record_task_asks_for_the_record_and_leaves_the_case_as_it_was():
+    case = tool_case_task("/lib.so", launcher_spec(find_lab("tiled_matmul")), {"width": 16}, {}, fill=3)
+    recorded = record_task(case)
+    assert recorded["record"] is True and recorded["kind"] == Kind.CASE.value and recorded["fill"] == 3
+    assert "record" not in case
+
+
+# ---------------------------------------------------------------- the task and the replayer's answers
+
 def test_a_task_names_buffers_by_number_and_code_by_its_checked_symbols(tmp_path):
     plan = plan_call(parse(reply(), ["in", "out", "mask"]), ARRAYS, MODULE)
     case = CaseTask("c0", ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",), plan,
@@ -272,6 +300,7 @@ def test_the_device_code_is_taken_out_of_a_real_build_with_its_parameter_layout(
     assert module.variables["mask_c"].size == 4 * 15  # MAX_MASK_WIDTH floats
     assert cubin.read_cubin(module)[:4] == b"\x7fELF"
     assert "does not define" in cubin.module_of(modules, ["_Z5otherv"])
+    assert cubin.module_of(modules, ["_Z5otherv", "_Z12conv1d_tiledPKfPfii"]) == module  # (the case with _Z5otherv is refused by its plan)
     assert cubin.extract(library, tmp_path / "none", "sm_80") == []
 
 
@@ -330,3 +359,62 @@ def test_a_replayer_without_a_gpu_says_so_and_every_case_goes_to_the_profiler(re
     runner.close()
 
 
+def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_types_build, replayer, tmp_path):
+    """The whole replay path, run where it cannot succeed: the recording worker finds no GPU, and
+    each case is left to the profiler with that reason; nothing is settled."""
+    import time
+
+    from grader.counters import collect
+    from grader.engine import launched
+    from grader.host import gpu
+    from grader.isolation.launch import Isolation
+    from grader.isolation.submission import Submission
+    from grader.labspec.labs import load_problem
+
+    if gpu.probe().gpu is not None:
+        pytest.skip("this machine has a GPU (the GPU tests replay for real)")
+    spec, library = memory_types_build
+    sub = Submission(spec, "reference.cu", library, (), ("sm_90",), load_problem(spec), Isolation(Sandbox(None, reason="off")),
+                     replayer.parent.parent.parent, tmp_path / "work", time.monotonic() + 300, 300.0, "secret",
+                     gpu.GpuInfo("none", (9, 0), "0"))
+    profiles = launched.profiles_for(spec)
+    notes: list[str] = []
+    assert collect.replayed(sub, profiles, notes.append) == {}
+    assert len(notes) == len(profiles.metrics) == 2
+    assert all("reference.cu: counters of" in n and "instead of the replayer (the recording run failed" in n for n in notes), notes
+
+
+# ---------------------------------------------------------------- the option
+
+def test_counters_come_from_ncu_unless_replay_is_asked_for(tmp_path):
+    for command in (["grade", "tiled_matmul"], ["grade-repo", str(tmp_path)], ["grade-class", str(tmp_path), "--out", str(tmp_path / "out")]):
+        common = [*command, "--cache-dir", str(tmp_path / "cache"), "--no-gpu"]
+        plain, asked = _parser().parse_args(common), _parser().parse_args([*common, "--counters", "replay"])
+        assert (_options(plain).counter_source, _options(asked).counter_source) == ("ncu", "replay"), command
+    assert GradeOptions().counter_source == "ncu"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["grade", "tiled_matmul", "--counters", "nsight"])
+
+
+# ---------------------------------------------------------------- on a GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lab_id", lab_ids())
+def test_replayed_counters_equal_the_profilers_and_every_verdict_is_the_same(lab_id):
+    """Every known solution of the lab graded with ``--counters replay`` and with ``--counters ncu``:
+    every exact count equal, every counter verdict the same, and no case left to the profiler."""
+    from benchmarks.replayer_check import compare_lab
+
+    table, problems = compare_lab(lab_id)
+    assert not problems, table + "\n" + "\n".join(problems)
+
+
+def test_replies_record_field_stays_out_of_the_reply_check():
+    """A worker's ``record`` is judged by the replay path alone (a malformed one sends the case to the
+    profiler): the reply check does not turn it into a verdict."""
+    from grader.isolation import replies
+
+    task = record_task(tool_case_task("/lib.so", launcher_spec(find_lab("tiled_matmul")), {"width": 16}, {}, fill=3))
+    ok = {"status": "ok", "seconds": 0.1, "kernels_launched": ["k"], "record": {"text": "garbage", "arrays": 3}}
+    assert replies.problem(task, ok) == ""
+    assert json.loads(json.dumps(ok)) == ok

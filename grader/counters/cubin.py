@@ -89,16 +89,14 @@ def extract(library: Path, folder: Path, arch: str) -> list[Module]:
 
 
 def module_of(modules: Iterable[Module], kernels: Iterable[str]) -> Module | str:
-    """The one cubin that defines every kernel in ``kernels``, or why there is none."""
+    """The cubin that defines the most of ``kernels`` (the launcher's, from every case), or why
+    there is none; a case whose kernels it lacks is then refused by its plan."""
     wanted = set(kernels)
-    for module in modules:
-        if wanted <= set(module.kernels):
-            return module
-    known = {k for m in modules for k in m.kernels}
-    missing = sorted(wanted - known)
-    if missing:
-        return f"the launcher ran {missing[0]}, which the compiled device code does not define"
-    return "the launcher's kernels are in more than one compiled file"
+    best = max(modules, key=lambda m: len(wanted & set(m.kernels)), default=None)
+    if best is None or not wanted & set(best.kernels):
+        missing = sorted(wanted)
+        return f"the launcher ran {missing[0] if missing else 'no kernel'}, which the compiled device code does not define"
+    return best
 
 
 def read_cubin(module: Module) -> bytes:
