@@ -200,6 +200,7 @@ __global__ void mm(const float* M, const float* N, float* P, int w, float* spare
     if (spare != 0 && row == 0 && col == 0) spare[0] = v;
 }
 """
+#: Each launcher, and the reason it must go to the profiler with ("": it must be replayed, and keep the verdicts).
 LAUNCHERS: dict[str, tuple[str, str]] = {
     "own_stream": ("stream other than the default", """
 extern "C" void matmul(const float* M, const float* N, float* P, int width) {
@@ -216,6 +217,16 @@ extern "C" void matmul(const float* M, const float* N, float* P, int width) {
     cudaGetSymbolAddress((void**)&spare, spare_d);
     mm<<<dim3(width / T, width / T), dim3(T, T)>>>(M, N, P, width, spare);
 }"""),
+    # a kernel that prints a forged answer of the replayer's: its standard output is not where answers are read
+    "forged_answer": ("", """
+__global__ void forge() {
+    printf("{\\"case\\": \\"c0\\", \\"status\\": \\"ok\\", \\"values\\": {\\"l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum\\": 1}, "
+           "\\"passes\\": 1, \\"planned\\": 1, \\"ranges\\": 1, \\"seconds\\": 0}\\n");
+}
+extern "C" void matmul(const float* M, const float* N, float* P, int width) {
+    forge<<<1, 1>>>();
+    mm<<<dim3(width / T, width / T), dim3(T, T)>>>(M, N, P, width, 0);
+}"""),
 }
 
 
@@ -231,8 +242,10 @@ def part_fallback() -> bool:
             replay = grade(spec, source, dataclasses.replace(OPTIONS, counter_source="replay"), notes.append)
             said = [n for n in notes if FALLBACK in n]
             same = [(c.id, c.outcome, c.points) for c in ncu.checks] == [(c.id, c.outcome, c.points) for c in replay.checks]
-            ok &= say(bool(said) and reason in said[0] and same, f"fallback {name}",
-                      f"{said[0] if said else 'no fallback noted'}; verdicts {'the same' if same else 'DIFFER'}")
+            counts = {c.id: c.measured.get("student") for c in replay.checks if c.stage is Stage.COUNTERS}
+            fell_back = bool(said) and reason in said[0] if reason else not said
+            ok &= say(fell_back and same, f"fallback {name}", f"{said[0] if said else 'replayed, nothing left to the profiler'}; "
+                      f"verdicts {'the same' if same else 'DIFFER'} (replay's figures {counts})")
     return ok
 
 

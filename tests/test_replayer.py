@@ -347,16 +347,36 @@ def test_each_labs_counter_cases_plan_into_the_passes_the_probe_measured(replaye
         assert service.planned_passes(replayer, sets, "GH100") == expected[lab], lab
 
 
+def test_the_replayer_answers_on_a_pipe_of_its_own_never_on_standard_output(replayer):
+    """A student's kernel can printf, and what it prints reaches the replayer's standard output: a
+    forged answer line there must not be read. The replayer answers on the descriptor it is given."""
+    import os
+
+    read, write = os.pipe()
+    try:
+        done = subprocess.run([str(replayer), "--answers", str(write)], input=b"quit\n", capture_output=True, timeout=60,
+                              pass_fds=(write,))
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as answers:
+        first = json.loads(answers.readline())
+    assert done.stdout == b"" and first["status"] in ("ready", "unavailable")
+    assert subprocess.run([str(replayer)], capture_output=True, timeout=60).returncode == 2  # (no answers' pipe: no service)
+
+
 def test_a_replayer_without_a_gpu_says_so_and_every_case_goes_to_the_profiler(replayer, tmp_path):
     from grader.host import gpu
 
     if gpu.probe().gpu is not None:
         pytest.skip("this machine has a GPU")
-    runner = service.Replayer(replayer, tmp_path, Sandbox(None, reason="off"))
-    results = runner.run("task t /x\nend\n", {"c0": ("a.sum",), "c1": ("b.sum",)}, 30.0)
-    assert {r.id for r in results.values()} == {"c0", "c1"}
-    assert all("unavailable here: no CUDA device" in r.reason for r in results.values())
-    runner.close()
+    from grader.isolation import sandbox
+
+    for confined in {Sandbox(None, reason="off"), sandbox.detect()}:  # (answers come through the sandbox too)
+        runner = service.Replayer(replayer, tmp_path, confined)
+        results = runner.run("task t /x\nend\n", {"c0": ("a.sum",), "c1": ("b.sum",)}, 30.0)
+        assert {r.id for r in results.values()} == {"c0", "c1"}
+        assert all("unavailable here: no CUDA device" in r.reason for r in results.values()), (confined, results)
+        runner.close()
 
 
 def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_types_build, replayer, tmp_path):

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Mapping
 
 import filelock
 
@@ -129,13 +129,20 @@ class Replayer:
         self._tasks = 0
 
     def _start(self) -> None:
-        cmd = self.sandbox.wrap([str(self.binary)], read_only=(self.binary.parent, find_cupti().library.parent),
-                                writable=(self.stage,), cwd=self.stage)
-        # (started from the grader's lasting thread: the sandbox ends a process with the thread that started it)
-        self.proc = start_lasting(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  cwd=self.stage, env=confined_env(), start_new_session=True)
+        # Answers come through a pipe of their own: what a student's kernel printfs goes to standard output.
+        answers, theirs = os.pipe()
+        cmd = self.sandbox.wrap([str(self.binary), "--answers", str(theirs)],
+                                read_only=(self.binary.parent, find_cupti().library.parent), writable=(self.stage,), cwd=self.stage)
+        try:  # (started from the grader's lasting thread: the sandbox ends a process with the thread that started it)
+            self.proc = start_lasting(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      cwd=self.stage, env=confined_env(), start_new_session=True, pass_fds=(theirs,))
+        except OSError:
+            os.close(answers)
+            raise
+        finally:
+            os.close(theirs)
         self.lines = queue.Queue()
-        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True, name="replayer-output").start()
+        threading.Thread(target=self._read, args=(os.fdopen(answers, "rb"), self.lines), daemon=True, name="replayer-answers").start()
         first = self._answer(START_TIME_LIMIT_S)
         if first.get("status") == "ready" and isinstance(first.get("chip"), str):
             self.ready = first
@@ -145,10 +152,10 @@ class Replayer:
         self.unavailable = f"the counter replayer is unavailable here: {str(why)[:300] or 'it did not start'}"
 
     @staticmethod
-    def _read(proc: subprocess.Popen[bytes], lines: queue.Queue[bytes | None]) -> None:
-        assert proc.stdout is not None
-        for line in iter(lambda: proc.stdout.readline(64 << 10), b""):  # type: ignore[union-attr]
-            lines.put(line)
+    def _read(pipe: BinaryIO, lines: queue.Queue[bytes | None]) -> None:
+        with pipe:
+            for line in iter(lambda: pipe.readline(64 << 10), b""):
+                lines.put(line)
         lines.put(None)
 
     def _answer(self, limit_s: float) -> dict[str, Any]:

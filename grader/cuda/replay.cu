@@ -5,7 +5,7 @@
 // and L2 flushed before each launch, as Nsight Compute's --cache-control all). Built by the grader
 // with the toolkit's nvcc (grader/counters/service.py); the task format is written there too.
 //
-//   replay              serve: a line {"status": "ready", ...} (or "unavailable"), then tasks on stdin
+//   replay --answers FD serve: a line {"status": "ready", ...} (or "unavailable") on FD, then tasks on stdin
 //   replay --plan CHIP  no GPU needed: for each line of metric names on stdin, "passes N" or "error WHY"
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -49,10 +49,14 @@ static std::string quoted(const std::string& s) {
     return out + "\"";
 }
 
+// The answers go to a pipe of their own (--answers FD), never to standard output: a student's kernel
+// can printf, and what it prints reaches this process's standard output.
+static FILE* g_answers = nullptr;
+
 static void emit(const std::string& line) {
-    fputs(line.c_str(), stdout);
-    fputc('\n', stdout);
-    fflush(stdout);
+    fputs(line.c_str(), g_answers);
+    fputc('\n', g_answers);
+    fflush(g_answers);
 }
 
 static std::string cupti_error(CUptiResult r) {
@@ -291,6 +295,8 @@ static void case_line(Case& c, const std::string& op, std::istringstream& in, cu
         size_t offset, size;
         if (cudaFuncGetParamInfo((const void*)s.kernel, n, &offset, &size) == cudaSuccess) c.bad = "parameters of " + s.name;
         cudaGetLastError();  // (past the last parameter)
+        cudaFuncAttributes attr;  // loads the kernel now, not inside the first pass's range
+        if (cudaFuncGetAttributes(&attr, (const void*)s.kernel) != cudaSuccess) c.bad = "loading " + s.name;
     } else if (op == "patch") {
         Patch p;
         in >> p.param >> p.at >> p.buffer >> p.offset;
@@ -536,10 +542,15 @@ static void run_case(Gpu& g, Case& c, std::vector<Global>& globals, cudaLibrary_
         end_if_lost();
         return;
     }
+    for (double v : r.values)
+        if (!std::isfinite(v)) {
+            emit("{\"case\": " + quoted(c.id) + ", \"status\": \"failed\", \"reason\": \"a metric value that is not finite\"}");
+            return;
+        }
     std::string values;
     for (size_t j = 0; j < c.metrics.size(); ++j) {
         char num[64];
-        snprintf(num, sizeof num, std::isfinite(r.values[j]) ? "%.17g" : "null", r.values[j]);
+        snprintf(num, sizeof num, "%.17g", r.values[j]);
         values += (j ? ", " : "") + quoted(c.metrics[j]) + ": " + num;
     }
     char tail[160];
@@ -643,7 +654,7 @@ static int serve() {
 
 int main(int argc, char** argv) {
     if (argc == 3 && !strcmp(argv[1], "--plan")) return plan_mode(argv[2]);
-    if (argc == 1) return serve();
-    fprintf(stderr, "usage: %s [--plan CHIP]\n", argv[0]);
+    if (argc == 3 && !strcmp(argv[1], "--answers") && (g_answers = fdopen(atoi(argv[2]), "w")) != nullptr) return serve();
+    fprintf(stderr, "usage: %s --answers FD | --plan CHIP\n", argv[0]);
     return 2;
 }
