@@ -186,8 +186,8 @@ class _Planner:
             if slot.size and address:
                 self._region(index, address, slot.size, slot.host)
 
-    def _buffer(self, size: int, kind: str, host: bool, **extra: object) -> int:
-        self.buffers.append(Buffer(len(self.buffers), size, kind, host, **extra))  # type: ignore[arg-type]
+    def _buffer(self, size: int, kind: str, host: bool, name: str = "", fill: bytes = b"", data: bytes = b"") -> int:
+        self.buffers.append(Buffer(len(self.buffers), size, kind, host, name, fill, data))
         return len(self.buffers) - 1
 
     def _region(self, index: int, base: int, size: int, host: bool) -> None:
