@@ -351,6 +351,7 @@ static std::string run_steps(Gpu& g, Case& c, CUpti_RangeProfiler_Object* obj, c
             if (!ptr(c, s.a) || !ptr(c, s.c)) return "copy of memory not allocated";
             err = cudaMemcpy(ptr(c, s.a) + s.b, ptr(c, s.c) + s.d, s.e, cudaMemcpyDefault);
         } else if (s.op == "symbol") {
+            if (!ptr(c, s.c)) return "a copy to " + s.name + " from memory not allocated";
             void* dst = nullptr;
             size_t bytes = 0;
             err = cudaLibraryGetGlobal(&dst, &bytes, lib, s.name.c_str());
