@@ -67,6 +67,7 @@ def _options(args: argparse.Namespace) -> GradeOptions:
         cache_dir=args.cache_dir,
         timing=not args.no_timing,
         counters=not args.no_counters,
+        counter_source=args.counter_source,
         sanitizers=not args.no_sanitizers,
         reuse_tool_runs=not args.rerun_tools,
         gpu=not args.no_gpu,

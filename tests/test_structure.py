@@ -101,7 +101,7 @@ LAYERS = (
     ("grader.labspec",),
     ("grader.host",),
     ("grader.isolation",),
-    ("grader.checks",),
+    ("grader.checks", "grader.counters"),
     ("grader.engine",),
     ("grader.report",),
     ("grader.course",),

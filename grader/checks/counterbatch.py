@@ -146,6 +146,9 @@ def settled(requests: list[Request], marks: list[int], run: ToolRun, early: bool
     return out
 
 
+#: Measures what it can of the student's cases in a lab's profiles instead of the profiler (``grader/counters/collect.py``).
+Replay = Callable[[Submission, counters.Profiles], dict[CaseKey, CounterRun]]
+
 #: The most a job sent to an early session may hold: one write to its pipe, which never blocks.
 JOB_PIPE_BYTES = 60_000
 
@@ -273,18 +276,22 @@ class ProfileBatch(LabBatch[Request, CaseKey, CounterRun]):
 
 
 def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool],
-            profiles: counters.Profiles | None = None, reuse: bool = True) -> list[CheckResult]:
+            profiles: counters.Profiles | None = None, reuse: bool = True, replay: Replay | None = None) -> list[CheckResult]:
     """Every counter check of the lab; checks on one case share a profiler run, and the cases of
     a repository's labs share one session (``batch``) where they can. A case the session did not
     settle is profiled alone only once ``correct()`` says every correctness case passed (else the
     checks are gated: none is returned). ``profiles`` (default: the counter checks' cases) may
     hold more cases, profiled alike and left in it (``launched.record``). A case kept from an
-    earlier grade of the same code (``kept_file``) is not profiled again, unless not ``reuse``."""
+    earlier grade of the same code (``kept_file``) is not profiled again, unless not ``reuse``;
+    with ``replay`` (``--counters replay``), the cases it measures are not profiled either."""
     profiles = profiles or counters.Profiles(sub.spec.counters)
     kept = {key: path for key in profiles.metrics if (path := kept_file(sub, profiles, key)) is not None}
     for key, path in kept.items() if reuse else ():
         if (run := counters.cached(path)) is not None:
             profiles.settle("student", key, run)
+    replayed = replay(sub, profiles) if replay is not None else {}
+    for key, run in replayed.items():
+        profiles.settle("student", key, run)
     if batch is not None:
         batch.send_made(sub.spec.id, lambda: requests_of(sub, profiles, batch.staged(sub.spec.id)))
         for key, run in batch.runs(sub.spec.id).items():
@@ -299,7 +306,7 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
                 counters.baseline_run(sub, check, profiles)
     for key, path in kept.items():
         run = profiles.runs.get(("student", key))
-        if run is not None and not run.cached:
+        if run is not None and not run.cached and key not in replayed:  # (kept: the profiler's runs only)
             with contextlib.suppress(OSError):  # (kept only to spare the next grade the run)
                 counters.store(path, run, profiles.metrics[key])
     return graded

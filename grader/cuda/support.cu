@@ -3,6 +3,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +84,8 @@ static size_t g_launched_len = 0;
 static int g_unnamed = 0;
 
 typedef CUresult (*kernel_get_name_fn)(const char**, CUkernel);
+extern "C" cudaError_t __real_cudaGetDriverEntryPointByVersion(const char*, void**, unsigned int, unsigned long long,
+                                                               cudaDriverEntryPointQueryResult*);
 
 static const char* kernel_name(const void* fn) {
     const char* name = NULL;
@@ -92,7 +96,7 @@ static const char* kernel_name(const void* fn) {
         looked = 1;
         cudaDriverEntryPointQueryResult found;
         void* ptr = NULL;
-        if (cudaGetDriverEntryPointByVersion("cuKernelGetName", &ptr, 12030, cudaEnableDefault, &found) == cudaSuccess &&
+        if (__real_cudaGetDriverEntryPointByVersion("cuKernelGetName", &ptr, 12030, cudaEnableDefault, &found) == cudaSuccess &&
             found == cudaDriverEntryPointSuccess)
             get = (kernel_get_name_fn)ptr;
     }
@@ -140,26 +144,275 @@ extern "C" int cudalab_grader_launched(char* buf, int len, int reset) {
     return unnamed;
 }
 
-#define GRADER_WRAP(ret, name, params, args, fn)        \
-    extern "C" ret __real_##name params;                 \
-    extern "C" ret __wrap_##name params {                \
-        record_launch((const void*)(fn));                \
-        return __real_##name args;                       \
+// ---- A record of one call, for the grader's replayer -------------------------------------------
+// While the grader asks for it (cudalab_grader_record), every launch, allocation, copy and memset
+// the launcher makes is written as one line of text (the format is in grader/counters/record.py),
+// so that a process of the grader's can launch the same kernels of this file's device code on
+// buffers of its own. What is written is the student's process's claim: the replay's output is
+// checked against the oracle before its counters count.
+static int g_rec_on = 0;
+static char g_rec[1 << 18];
+static size_t g_rec_len = 0;
+static int g_rec_full = 0;
+//: Host data of a copy is written out up to this many bytes (a mask, a table of constants).
+#define REC_DATA_BYTES 4096
+#define REC_PARAM_BYTES 4096
+
+static void rec(const char* fmt, ...) {
+    if (!g_rec_on || g_rec_full) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(g_rec + g_rec_len, sizeof g_rec - g_rec_len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof g_rec - g_rec_len - 1) {
+        g_rec_full = 1;
+        g_rec[g_rec_len] = 0;
+        return;
+    }
+    g_rec_len += (size_t)n;
+}
+
+static void rec_hex(const void* data, size_t n) {
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char* p = (const unsigned char*)data;
+    if (!g_rec_on || g_rec_full) return;
+    if (n == 0) {
+        rec("-");
+        return;
+    }
+    if (g_rec_len + 2 * n + 2 >= sizeof g_rec) {
+        g_rec_full = 1;
+        return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        g_rec[g_rec_len++] = digits[p[i] >> 4];
+        g_rec[g_rec_len++] = digits[p[i] & 15];
+    }
+    g_rec[g_rec_len] = 0;
+}
+
+// Turn recording on (and clear the record), or off.
+extern "C" void cudalab_grader_record(int on) {
+    g_rec_on = 0;
+    if (on) {
+        g_rec_len = 0;
+        g_rec_full = 0;
+        g_rec[0] = 0;
+    }
+    g_rec_on = on;
+}
+
+// The record so far into buf (cut at len - 1); returns its full length, or -1 if it outgrew its
+// buffer (the grader then falls back on the profiler).
+extern "C" long cudalab_grader_recorded(char* buf, long len) {
+    if (buf != NULL && len > 0) {
+        size_t n = g_rec_len < (size_t)len - 1 ? g_rec_len : (size_t)len - 1;
+        memcpy(buf, g_rec, n);
+        buf[n] = 0;
+    }
+    return g_rec_full ? -1 : (long)g_rec_len;
+}
+
+// The runtime's own streams (legacy and per-thread default) are "the default stream".
+static int other_stream(cudaStream_t s) {
+    return !(s == 0 || s == cudaStreamLegacy || s == cudaStreamPerThread);
+}
+
+// __constant__ and __device__ variables by their host shadow, as this file's module registers
+// them at load: cudaMemcpyToSymbol is recorded by the device symbol's name.
+#define MAX_VARS 256
+static struct {
+    const void* host;
+    const char* name;
+    size_t size;
+} g_vars[MAX_VARS];
+static int g_nvars = 0;
+
+extern "C" void __real___cudaRegisterVar(void**, char*, char*, const char*, int, size_t, int, int);
+extern "C" void __wrap___cudaRegisterVar(void** handle, char* host, char* dev, const char* name, int ext, size_t size,
+                                         int constant, int global) {
+    if (g_nvars < MAX_VARS) {
+        g_vars[g_nvars].host = host;
+        g_vars[g_nvars].name = name;
+        g_vars[g_nvars].size = size;
+        g_nvars++;
+    }
+    __real___cudaRegisterVar(handle, host, dev, name, ext, size, constant, global);
+}
+
+static int is_device(const void* p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static const char* copy_kind(cudaMemcpyKind kind, const void* dst, const void* src) {
+    int from_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    int to_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) {
+        from_dev = is_device(src);
+        to_dev = is_device(dst);
+    }
+    return from_dev ? (to_dev ? "d2d" : "d2h") : (to_dev ? "h2d" : "h2h");
+}
+
+static void record_launch_line(const char* how, const void* fn, dim3 g, dim3 b, void** args, size_t shared,
+                               cudaStream_t st) {
+    if (!g_rec_on) return;
+    const char* name = kernel_name(fn);
+    rec("launch %s %s %u %u %u %u %u %u %zu %d", how, name != NULL ? name : "?", g.x, g.y, g.z, b.x, b.y, b.z, shared,
+        other_stream(st));
+    size_t total = 0;
+    for (size_t i = 0; i < 1024; ++i) {
+        size_t offset = 0, size = 0;
+        if (cudaFuncGetParamInfo(fn, i, &offset, &size) != cudaSuccess) {
+            cudaGetLastError();  // past the last parameter
+            break;
+        }
+        total += size;
+        if (args == NULL || total > REC_PARAM_BYTES) {
+            rec(" ?");
+            break;
+        }
+        rec(" %zu:", size);
+        rec_hex(args[i], size);
+    }
+    rec("\n");
+}
+
+// A launch the replayer can repeat: recorded with its grid, block, shared memory and arguments.
+#define GRADER_WRAP_REPLAYED(name, kt)                                                                     \
+    extern "C" cudaError_t __real_##name(kt k, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st);       \
+    extern "C" cudaError_t __wrap_##name(kt k, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st) {      \
+        record_launch((const void*)k);                                                                     \
+        record_launch_line("plain", (const void*)k, g, b, a, s, st);                                       \
+        return __real_##name(k, g, b, a, s, st);                                                           \
     }
 
-GRADER_WRAP(cudaError_t, __cudaLaunchKernel,
-            (cudaKernel_t k, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st), (k, g, b, a, s, st), k)
-GRADER_WRAP(cudaError_t, __cudaLaunchKernel_ptsz,
-            (cudaKernel_t k, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st), (k, g, b, a, s, st), k)
-GRADER_WRAP(cudaError_t, cudaLaunchKernel,
-            (const void* f, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st), (f, g, b, a, s, st), f)
-GRADER_WRAP(cudaError_t, cudaLaunchKernel_ptsz,
-            (const void* f, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st), (f, g, b, a, s, st), f)
-GRADER_WRAP(cudaError_t, cudaLaunchCooperativeKernel,
-            (const void* f, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st), (f, g, b, a, s, st), f)
-GRADER_WRAP(cudaError_t, cudaLaunchCooperativeKernel_ptsz,
-            (const void* f, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st), (f, g, b, a, s, st), f)
-GRADER_WRAP(cudaError_t, cudaLaunchKernelExC,
-            (const cudaLaunchConfig_t* c, const void* f, void** a), (c, f, a), f)
-GRADER_WRAP(cudaError_t, cudaLaunchKernelExC_ptsz,
-            (const cudaLaunchConfig_t* c, const void* f, void** a), (c, f, a), f)
+GRADER_WRAP_REPLAYED(__cudaLaunchKernel, cudaKernel_t)
+GRADER_WRAP_REPLAYED(__cudaLaunchKernel_ptsz, cudaKernel_t)
+GRADER_WRAP_REPLAYED(cudaLaunchKernel, const void*)
+GRADER_WRAP_REPLAYED(cudaLaunchKernel_ptsz, const void*)
+
+// Launches the replayer does not repeat: recorded, then marked as such.
+#define GRADER_WRAP_UNREPLAYED(ret, name, params, args, fn, what) \
+    extern "C" ret __real_##name params;                          \
+    extern "C" ret __wrap_##name params {                         \
+        record_launch((const void*)(fn));                         \
+        rec("unsupported %s\n", what);                            \
+        return __real_##name args;                                \
+    }
+
+GRADER_WRAP_UNREPLAYED(cudaError_t, cudaLaunchCooperativeKernel,
+                       (const void* f, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st), (f, g, b, a, s, st), f,
+                       "cooperative-launch")
+GRADER_WRAP_UNREPLAYED(cudaError_t, cudaLaunchCooperativeKernel_ptsz,
+                       (const void* f, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st), (f, g, b, a, s, st), f,
+                       "cooperative-launch")
+GRADER_WRAP_UNREPLAYED(cudaError_t, cudaLaunchKernelExC, (const cudaLaunchConfig_t* c, const void* f, void** a),
+                       (c, f, a), f, "launch-with-attributes")
+GRADER_WRAP_UNREPLAYED(cudaError_t, cudaLaunchKernelExC_ptsz, (const cudaLaunchConfig_t* c, const void* f, void** a),
+                       (c, f, a), f, "launch-with-attributes")
+
+// Calls that make the recorded sequence incomplete: only marked (no kernel name to record).
+#define GRADER_WRAP_UNSUPPORTED(ret, name, params, args, what) \
+    extern "C" ret __real_##name params;                       \
+    extern "C" ret __wrap_##name params {                      \
+        rec("unsupported %s\n", what);                         \
+        return __real_##name args;                             \
+    }
+
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaGraphLaunch, (cudaGraphExec_t g, cudaStream_t s), (g, s), "graph")
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaGraphLaunch_ptsz, (cudaGraphExec_t g, cudaStream_t s), (g, s), "graph")
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaStreamBeginCapture, (cudaStream_t s, cudaStreamCaptureMode m), (s, m), "graph")
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaStreamBeginCapture_ptsz, (cudaStream_t s, cudaStreamCaptureMode m), (s, m),
+                        "graph")
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaMallocManaged, (void** p, size_t n, unsigned int f), (p, n, f),
+                        "managed-memory")
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaMallocAsync, (void** p, size_t n, cudaStream_t s), (p, n, s),
+                        "stream-ordered-allocation")
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaMallocAsync_ptsz, (void** p, size_t n, cudaStream_t s), (p, n, s),
+                        "stream-ordered-allocation")
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaGetDriverEntryPoint,
+                        (const char* n, void** f, unsigned long long fl, cudaDriverEntryPointQueryResult* r),
+                        (n, f, fl, r), "driver-api")
+GRADER_WRAP_UNSUPPORTED(cudaError_t, cudaGetDriverEntryPointByVersion,
+                        (const char* n, void** f, unsigned int v, unsigned long long fl,
+                         cudaDriverEntryPointQueryResult* r),
+                        (n, f, v, fl, r), "driver-api")
+
+// Memory the launcher allocates, fills and copies: recorded in order.
+extern "C" cudaError_t __real_cudaMalloc(void** p, size_t n);
+extern "C" cudaError_t __wrap_cudaMalloc(void** p, size_t n) {
+    cudaError_t e = __real_cudaMalloc(p, n);
+    if (e == cudaSuccess && p != NULL) rec("malloc %llu %zu\n", (unsigned long long)(uintptr_t)*p, n);
+    return e;
+}
+
+extern "C" cudaError_t __real_cudaFree(void* p);
+extern "C" cudaError_t __wrap_cudaFree(void* p) {
+    rec("free %llu\n", (unsigned long long)(uintptr_t)p);
+    return __real_cudaFree(p);
+}
+
+static void record_memset(void* p, int value, size_t n, cudaStream_t st) {
+    rec("memset %llu %d %zu %d\n", (unsigned long long)(uintptr_t)p, value & 0xff, n, other_stream(st));
+}
+
+static void record_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t st) {
+    if (!g_rec_on) return;
+    const char* how = copy_kind(kind, dst, src);
+    rec("copy %s %llu %llu %zu %d ", how, (unsigned long long)(uintptr_t)dst, (unsigned long long)(uintptr_t)src, n,
+        other_stream(st));
+    if (how[0] == 'h' && n <= REC_DATA_BYTES) rec_hex(src, n);
+    else rec("-");
+    rec("\n");
+}
+
+static void record_symbol(const void* symbol, const void* src, size_t n, size_t offset, cudaMemcpyKind kind,
+                          cudaStream_t st) {
+    if (!g_rec_on) return;
+    const char* name = NULL;
+    for (int i = 0; i < g_nvars; ++i)
+        if (g_vars[i].host == symbol) name = g_vars[i].name;
+    int from_dev = kind == cudaMemcpyDeviceToDevice || (kind == cudaMemcpyDefault && is_device(src));
+    rec("symbol %s %zu %zu %s %llu %d ", name != NULL ? name : "?", offset, n, from_dev ? "d2d" : "h2d",
+        (unsigned long long)(uintptr_t)src, other_stream(st));
+    if (!from_dev && n <= REC_DATA_BYTES) rec_hex(src, n);
+    else rec("-");
+    rec("\n");
+}
+
+#define GRADER_WRAP_MEMORY(name, params, args, record)   \
+    extern "C" cudaError_t __real_##name params;        \
+    extern "C" cudaError_t __wrap_##name params {       \
+        record;                                         \
+        return __real_##name args;                      \
+    }
+
+GRADER_WRAP_MEMORY(cudaMemset, (void* p, int v, size_t n), (p, v, n), record_memset(p, v, n, 0))
+GRADER_WRAP_MEMORY(cudaMemset_ptds, (void* p, int v, size_t n), (p, v, n), record_memset(p, v, n, 0))
+GRADER_WRAP_MEMORY(cudaMemsetAsync, (void* p, int v, size_t n, cudaStream_t s), (p, v, n, s), record_memset(p, v, n, s))
+GRADER_WRAP_MEMORY(cudaMemsetAsync_ptsz, (void* p, int v, size_t n, cudaStream_t s), (p, v, n, s),
+                   record_memset(p, v, n, s))
+GRADER_WRAP_MEMORY(cudaMemcpy, (void* d, const void* s, size_t n, cudaMemcpyKind k), (d, s, n, k),
+                   record_copy(d, s, n, k, 0))
+GRADER_WRAP_MEMORY(cudaMemcpy_ptds, (void* d, const void* s, size_t n, cudaMemcpyKind k), (d, s, n, k),
+                   record_copy(d, s, n, k, 0))
+GRADER_WRAP_MEMORY(cudaMemcpyAsync, (void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st),
+                   (d, s, n, k, st), record_copy(d, s, n, k, st))
+GRADER_WRAP_MEMORY(cudaMemcpyAsync_ptsz, (void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st),
+                   (d, s, n, k, st), record_copy(d, s, n, k, st))
+GRADER_WRAP_MEMORY(cudaMemcpyToSymbol, (const void* y, const void* s, size_t n, size_t o, cudaMemcpyKind k),
+                   (y, s, n, o, k), record_symbol(y, s, n, o, k, 0))
+GRADER_WRAP_MEMORY(cudaMemcpyToSymbol_ptds, (const void* y, const void* s, size_t n, size_t o, cudaMemcpyKind k),
+                   (y, s, n, o, k), record_symbol(y, s, n, o, k, 0))
+GRADER_WRAP_MEMORY(cudaMemcpyToSymbolAsync,
+                   (const void* y, const void* s, size_t n, size_t o, cudaMemcpyKind k, cudaStream_t st),
+                   (y, s, n, o, k, st), record_symbol(y, s, n, o, k, st))
+GRADER_WRAP_MEMORY(cudaMemcpyToSymbolAsync_ptsz,
+                   (const void* y, const void* s, size_t n, size_t o, cudaMemcpyKind k, cudaStream_t st),
+                   (y, s, n, o, k, st), record_symbol(y, s, n, o, k, st))

@@ -25,6 +25,7 @@ from ..checks.counters import Profiles
 from ..checks.sanitizerbatch import SanitizerBatch
 from ..checks.sass import static_checks
 from ..checks.timing import Measurement, TimedRun, baselines_of
+from ..counters.collect import replay_by
 from ..host import toolchain
 from ..host.gpu import GpuProbe, key_of
 from ..isolation.build import lab_build
@@ -210,7 +211,7 @@ class LabGrading:
                 how = "kept from an earlier grade of this code" if self._all_kept else "Nsight Compute, in the background"
                 self.progress(f"[{spec.id}] counters: {what} ({how})")
                 self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles,
-                                                                     self.options.reuse_tool_runs))
+                                                                     self.options.reuse_tool_runs, replay_by(self.options, self.progress)))
 
     def _profiled(self) -> bool:
         """Whether the student's cases are profiled: for the counter checks, and for the record of
@@ -383,13 +384,8 @@ class LabGrading:
         self._done = True
 
 
-def grade(
-    spec: LabSpec,
-    source: Path,
-    options: GradeOptions = GradeOptions(),
-    progress: Progress = no_progress,
-    display_name: str | None = None,
-) -> LabReport:
+def grade(spec: LabSpec, source: Path, options: GradeOptions = GradeOptions(), progress: Progress = no_progress,
+          display_name: str | None = None) -> LabReport:
     """Grade one submission for one lab (the engine's per-submission entry point)."""
     grading = LabGrading(spec, source, options, progress, display_name)
     try:

@@ -196,7 +196,7 @@ def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession 
     checks (None where it would not run: no GPU, no profiler)."""
     # the labs profiled: for their counter checks, their timed case's traffic, or the record of which kernels ran
     profiled = [spec for spec in map(runnable, specs) if launched.profiled(spec, options.timing)]
-    if len(profiled) < 2 or not options.counters or toolchain.find("ncu") is None or gputurns.active():
+    if len(profiled) < 2 or not options.counters or options.counter_source != "ncu" or toolchain.find("ncu") is None or gputurns.active():
         return None  # (where GPU work takes turns, its job would wait for a turn while it holds the profiler)
     gpu = probe_for(options).gpu
     if gpu is None:

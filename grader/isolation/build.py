@@ -46,6 +46,14 @@ COMPILE_OUTPUT_TAIL_BYTES = 32 << 10
 WRAPPED_LAUNCHES = ("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz",
                     "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz", "cudaLaunchKernelExC",
                     "cudaLaunchKernelExC_ptsz")
+#: The calls the support file records for the grader's replayer (``grader/counters/record.py``), or
+#: marks as making a record incomplete (graphs, managed memory, the driver API).
+RECORDED_CALLS = ("__cudaRegisterVar", "cudaMalloc", "cudaFree", "cudaMemset", "cudaMemset_ptds", "cudaMemsetAsync",
+                  "cudaMemsetAsync_ptsz", "cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz",
+                  "cudaMemcpyToSymbol", "cudaMemcpyToSymbol_ptds", "cudaMemcpyToSymbolAsync",
+                  "cudaMemcpyToSymbolAsync_ptsz", "cudaGraphLaunch", "cudaGraphLaunch_ptsz", "cudaStreamBeginCapture",
+                  "cudaStreamBeginCapture_ptsz", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocAsync_ptsz",
+                  "cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion")
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ def build(
         "-lineinfo",
         "-Xlinker",
         "--no-undefined",
-        *(f for name in WRAPPED_LAUNCHES for f in ("-Xlinker", f"--wrap={name}")),
+        *(f for name in (*WRAPPED_LAUNCHES, *RECORDED_CALLS) for f in ("-Xlinker", f"--wrap={name}")),
         *(f for name in exports for f in ("-Xlinker", f"--require-defined={name}")),
     ]
     key = hashlib.sha256()

@@ -15,6 +15,8 @@ from .protocol import LauncherSpec
 CANARY = 0xA5
 RESULT_FD = int(os.environ.get("GRADER_RESULT_FD", "-1"))  # where exit() and crashes are reported
 CTYPES = {"int": ctypes.c_int, "long long": ctypes.c_longlong, "float": ctypes.c_float}
+#: The support file's record buffer (``g_rec`` in grader/cuda/support.cu).
+RECORD_LIMIT_BYTES = 1 << 18
 
 
 class StudentCudaError(Exception):
@@ -45,6 +47,12 @@ class Library:
         self._launched = self.lib.cudalab_grader_launched
         self._launched.restype = ctypes.c_int
         self._launched.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+        self._record = self.lib.cudalab_grader_record
+        self._record.restype = None
+        self._record.argtypes = [ctypes.c_int]
+        self._recorded = self.lib.cudalab_grader_recorded
+        self._recorded.restype = ctypes.c_long
+        self._recorded.argtypes = [ctypes.c_char_p, ctypes.c_long]
 
     def launched(self, reset: bool = False) -> list[str] | None:
         """Names of the kernels launched since the last reset (None if some had no name)."""
@@ -53,6 +61,16 @@ class Library:
         if unnamed:
             return None
         return [n for n in buf.value.decode(errors="replace").split("\n") if n]
+
+    def record(self, on: bool) -> None:
+        """Start (clearing it) or stop the support file's record of the calls the launcher makes."""
+        self._record(int(on))
+
+    def recorded(self) -> str | None:
+        """The record's text, or None where it outgrew the support file's buffer."""
+        buf = ctypes.create_string_buffer(RECORD_LIMIT_BYTES)
+        length = self._recorded(buf, len(buf))
+        return None if length < 0 or length >= len(buf) else buf.value.decode("ascii", errors="replace")
 
     def call(self, args: list[Any]) -> None:
         """Run the launcher; exit() or a crash inside it is reported on the result fd at once."""
@@ -141,6 +159,11 @@ def filled_inputs(launcher: LauncherSpec, params: dict[str, Any], seed: int) -> 
             block = (rng.integers(0, 100, size=min(slot.elements, FILL_BLOCK)) if slot.dtype.kind == "f" else np.zeros(1)).astype(slot.dtype)
             out[slot.name] = np.resize(block, slot.elements).reshape(slot.shape)
     return out
+
+
+def array_addresses(launcher: LauncherSpec, args: list[Any]) -> dict[str, int]:
+    """The address each array parameter of the launcher was given (``args`` in launcher order)."""
+    return {a["name"]: int(v) for a, v in zip(launcher["args"], args) if a["role"] != "scalar"}
 
 
 def address(slot: Slot, base: int) -> int:

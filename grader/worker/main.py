@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import owned, shared
-from .buffers import Buffers, StudentCudaError, filled_inputs, library
+from .buffers import Buffers, StudentCudaError, array_addresses, filled_inputs, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
 from .owned import Mapped
 from .poison import fill_shared
@@ -35,20 +35,28 @@ def run_case(cp: Any, task: Task) -> Reply:
     else:
         mapped = Mapped(task["share"], task["buffers"], int(cp.cuda.Device().id))
         args = mapped.args(task["launcher"], task["params"], int(task.get("guard", 0)))
+    recording = bool(task.get("record"))
     try:
         if task.get("poison") is not None:  # what the student's kernels find in shared memory
             fill_shared(cp, int(task["poison"]))
         cp.cuda.Device().synchronize()
         lib.launched(reset=True)
+        lib.record(recording)
         t0 = time.perf_counter()
-        lib.call(args)
+        try:
+            lib.call(args)
+        finally:
+            lib.record(False)
         lib.check()
         seconds = time.perf_counter() - t0
     finally:
         if mapped is not None:
             mapped.release()
         del bufs
-    return {"status": Status.OK.value, "seconds": seconds, "kernels_launched": lib.launched()}
+    reply = {"status": Status.OK.value, "seconds": seconds, "kernels_launched": lib.launched()}
+    if recording:  # what the launcher did, for the grader's replayer (grader/counters/record.py)
+        reply["record"] = {"text": lib.recorded(), "arrays": array_addresses(task["launcher"], args)}
+    return reply
 
 
 def share_case(cp: Any, task: Task) -> Reply:

@@ -92,6 +92,7 @@ class Task(TypedDict, total=False):
     buffers: list[SharedBuffer]
     keep: bool
     export: bool
+    record: bool  # case tasks: reply with a record of the launcher's calls too (``record_task``)
 
 
 Reply = dict[str, Any]  # {"status": Status value, ...}; the fields each task's reply holds are below
@@ -124,6 +125,15 @@ def tool_case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], inp
     if fill is not None:
         task["fill"] = fill
     return task
+
+
+def record_task(task: Task) -> Task:
+    """``task`` (a case) with the launcher's calls recorded: its reply also holds ``record``, the
+    support file's text (None where it outgrew its buffer) and ``arrays``, the address each array
+    parameter was given, for the grader's replayer."""
+    recorded = Task(**task)
+    recorded["record"] = True
+    return recorded
 
 
 def share_task(launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str], guard: int) -> Task:

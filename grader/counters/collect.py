@@ -1,0 +1,197 @@
+"""A lab's counter cases measured by the replayer instead of Nsight Compute (``--counters replay``).
+
+For the student's cases of a lab (the same cases, with the same metrics, that the profiler would
+run): one sandboxed worker calls the launcher on each case's inputs with the support file
+recording; each record is parsed (``record``), held against the compiled device code (``cubin``)
+and planned onto the grader's buffers (``plan``); the replayer profiles every case of the lab in
+one task; each case's replayed outputs are compared with the oracle, and only a replay that
+computed the right answer gives the case its counters. Every case that cannot be replayed, for
+whatever reason, is left to the profiler, and the reason is said (``note``): the verdict code is
+the profiler path's, and a case's figures are the same counts either way.
+
+The record is the student's claim (their library runs in the worker that writes it). What a
+replay establishes is that these kernels of the student's own device code, launched as recorded,
+compute the case's answer with these counts.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..checks import compare as oracle
+from ..checks.correctness import launcher_spec, tool_task
+from ..checks.counters import CaseKey, CounterRun, Profiles
+from ..errors import GraderError
+from ..host.safeio import read_file
+from ..isolation.compilerlog import demangle
+from ..isolation.options import GradeOptions
+from ..isolation.submission import Submission
+from ..isolation.toolrun import run_under_tool
+from ..labspec.spec import CounterCheck
+from ..worker.buffers import Slot, filled_inputs, layout
+from ..worker.protocol import marked_tasks, record_task
+from . import cubin, service
+from .plan import ArraySlot, ReplayPlan, Unreplayable, plan_call
+from .record import CallRecord, MalformedRecord, parse
+from .task import CaseTask, task_text
+
+Note = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class _Case:
+    key: CaseKey
+    check: CounterCheck
+    metrics: tuple[str, ...]
+    slots: tuple[Slot, ...]
+
+
+def replay_by(options: GradeOptions, note: Note) -> Callable[[Submission, Profiles], dict[CaseKey, CounterRun]] | None:
+    """What measures a lab's cases before the profiler under ``options`` (None: the profiler alone)."""
+    return functools.partial(replayed, note=note) if options.counter_source == "replay" else None
+
+
+def array_slots(slots: tuple[Slot, ...]) -> tuple[ArraySlot, ...]:
+    """The launcher's arrays as the replay lays them out: outputs hold the worker's fill."""
+    return tuple(ArraySlot(s.name, s.body_bytes, s.role, s.host,
+                           np.array([s.fill], dtype=s.dtype).tobytes() if s.role == "output" else b"")
+                 for s in slots)
+
+
+def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[CaseKey, CounterRun]:
+    """The student's cases in ``profiles`` not settled yet, measured by the replayer: a run for
+    each case it measured; ``note`` is told why each other case goes to the profiler."""
+    cases = []
+    for key, metrics in profiles.metrics.items():
+        if ("student", key) not in profiles.runs:
+            check = next(c for c in profiles.checks if c.id == profiles.first[key])
+            items = layout(launcher_spec(sub.spec), dict(check.params), 0)
+            cases.append(_Case(key, check, metrics, tuple(s for s in items if isinstance(s, Slot))))
+    if not cases:
+        return {}
+    why: dict[str, str] = {}
+    runs: dict[CaseKey, CounterRun] = {}
+    try:
+        replayer = service.replayer_for(sub.gpu, sub.archs, sub.isolation.sandbox, sub.cache_dir)
+        folder = replayer.task_folder()
+    except (service.ServiceError, GraderError, OSError) as exc:
+        why = {case.check.id: str(exc) for case in cases}
+    else:
+        try:
+            runs = _replay(sub, cases, replayer, folder, why)
+        except (service.ServiceError, GraderError, OSError, ValueError) as exc:  # (the grader's side failed: say so)
+            why.update({case.check.id: f"{type(exc).__name__}: {exc}" for case in cases})
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    for check_id, reason in why.items():
+        note(f"[{sub.spec.id}] {sub.name}: counters of {check_id} by Nsight Compute instead of the replayer ({reason})")
+    return runs
+
+
+def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
+            why: dict[str, str]) -> dict[CaseKey, CounterRun]:
+    records = recorded(sub, cases)
+    try:
+        modules = cubin.extract(sub.library, folder / "cubins", sub.gpu.arch)
+    except cubin.CubinError as exc:
+        why.update({case.check.id: str(exc) for case in cases})
+        return {}
+    planned: list[tuple[_Case, CaseTask, dict[str, np.ndarray]]] = []
+    kernels = {launch.kernel for r in records.values() if isinstance(r, CallRecord) for launch in r.launches}
+    module = cubin.module_of(modules, kernels)
+    for i, case in enumerate(cases):
+        record = records[case.check.id]
+        try:
+            if isinstance(record, str):
+                raise Unreplayable(record)
+            if isinstance(module, str):
+                raise Unreplayable(module)
+            plan = plan_call(record, array_slots(case.slots), module)
+            inputs = case_inputs(sub, case.check)
+            planned.append((case, _case_task(f"c{i}", case, plan, inputs, folder), inputs))
+        except Unreplayable as exc:
+            why[case.check.id] = str(exc)
+    if not planned or isinstance(module, str):
+        return {}
+    cubin_path = folder / "module.cubin"
+    cubin_path.write_bytes(cubin.read_cubin(module))
+    text = task_text("t", cubin_path, module, [task for _, task, _ in planned])
+    limit = sub.time_left(max(case.check.time_limit_s for case, _, _ in planned))
+    results = replayer.run(text, {task.id: task.metrics for _, task, _ in planned}, limit)
+    runs = {}
+    for case, task, inputs in planned:
+        result = results[task.id]
+        wrong = result.reason or wrong_output(sub, case, task, inputs)
+        if wrong:
+            why[case.check.id] = wrong
+            continue
+        runs[case.key] = CounterRun(values=dict(result.values), kernels=tuple(demangle(k) for k in task.plan.kernels),
+                                    seconds=result.seconds)
+    return runs
+
+
+def recorded(sub: Submission, cases: list[_Case]) -> dict[str, CallRecord | str]:
+    """Each case's call recorded by one sandboxed worker (check id -> record, or why there is none)."""
+    dirs = sub.tool_dirs("replay-record")
+    tasks = [record_task(tool_task(sub, case.check, dirs.sub(f"case{i}"))) for i, case in enumerate(cases)]
+    limit = sub.time_left(max(case.check.time_limit_s for case in cases))
+    run = run_under_tool([], marked_tasks(tasks, [1] * len(tasks)), dirs, limit, sub.isolation)
+    failure = run.failure("the recording run ended early")
+    results = (run.result or {}).get("results")
+    out: dict[str, CallRecord | str] = {}
+    for i, case in enumerate(cases):
+        result = results[i] if isinstance(results, list) and i < len(results) and isinstance(results[i], dict) else None
+        if result is None or result.get("status") != "ok":
+            out[case.check.id] = f"the recording run failed: {(result or {}).get('error') or failure or 'no reply'}"[:500]
+            continue
+        try:
+            out[case.check.id] = parse(result.get("record"), [s.name for s in case.slots])
+        except MalformedRecord as exc:
+            out[case.check.id] = f"a malformed record ({exc})"
+    return out
+
+
+def case_inputs(sub: Submission, check: CounterCheck) -> dict[str, np.ndarray]:
+    """The case's inputs, as the profiler's run of it gets them."""
+    if check.inputs == "filled":
+        return filled_inputs(launcher_spec(sub.spec), dict(check.params), check.seed)
+    return oracle.generated(sub.spec, sub.problem, check.params, check.seed, sub.cache_dir)
+
+
+def _case_task(case_id: str, case: _Case, plan: ReplayPlan, inputs: dict[str, np.ndarray], folder: Path) -> CaseTask:
+    files, outputs = {}, {}
+    for buf in plan.buffers:
+        if buf.kind == "input":
+            files[buf.index] = folder / f"{case_id}-in{buf.index}.bin"
+            files[buf.index].write_bytes(np.ascontiguousarray(inputs[buf.name]).tobytes())
+        elif buf.kind == "output":
+            outputs[buf.index] = folder / f"{case_id}-out{buf.index}.bin"
+    return CaseTask(case_id, case.metrics, plan, files, outputs)
+
+
+def wrong_output(sub: Submission, case: _Case, task: CaseTask, inputs: dict[str, np.ndarray]) -> str:
+    """Why the replay's outputs are not the oracle's answer ("" where they are)."""
+    expected = oracle.expected(sub.spec, sub.problem, inputs, case.check.params, sub.cache_dir)
+    slots = {s.name: s for s in case.slots}
+    for buf in task.plan.buffers:
+        if buf.index not in task.outputs or buf.name not in expected:
+            continue
+        slot = slots[buf.name]
+        try:
+            data = read_file(task.outputs[buf.index], slot.body_bytes, "a replayed output")
+        except GraderError as exc:
+            return f"the replay's {buf.name} could not be read ({exc})"
+        if len(data) != slot.body_bytes:
+            return f"the replay's {buf.name} is {len(data)} bytes, not {slot.body_bytes}"
+        got = np.frombuffer(data, dtype=slot.dtype).reshape(slot.shape)
+        cmp = oracle.compare(buf.name, got, expected[buf.name], sub.spec.tolerance, case.check.params,
+                             sub.spec.correctness.max_mismatches_shown)
+        if not cmp.ok:
+            return f"the replay computed a wrong {buf.name}: {cmp.summary}"
+    return ""

@@ -1,0 +1,265 @@
+"""The replayer program and its process: built by the grader with the toolkit's nvcc against the
+toolkit's CUPTI (cached by content, like a submission's build), and run as one long-lived process
+per GPU that takes one task (a student's module and cases) at a time.
+
+The process is started once and kept (about 1.5 s a student warm against 2.8 s for a process per
+student, measured on an H200), in bubblewrap where the grader has it: it runs no student host
+code, but it does run the student's device code. A task that hangs past its limit, or a fault
+that loses the CUDA context (the replayer says so and ends), ends the process; the next task
+starts a fresh one. Each task holds the GPU's profiling lock, as an Nsight Compute run does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Mapping
+
+import filelock
+
+from ..cachedirs import default_cache_dir
+from ..host import gputurns, toolchain
+from ..host.gpu import GpuInfo
+from ..host.gpulock import lock_folder, profiling_lock
+from ..host.hostdirs import private_dir
+from ..host.procgroup import kill_group, start_lasting
+from ..isolation.build import gencode_flags
+from ..isolation.sandbox import Sandbox, confined_env
+from .task import BadAnswer, CaseResult, case_result, parse_line
+
+SOURCE = Path(__file__).parent.parent / "cuda" / "replay.cu"
+BUILD_TIME_LIMIT_S = 300.0
+START_TIME_LIMIT_S = 60.0
+PLAN_TIME_LIMIT_S = 60.0
+#: The CUPTI headers the replayer needs (CUDA 12.6 and newer ship the Range Profiler).
+CUPTI_HEADER = "cupti_range_profiler.h"
+
+
+class ServiceError(RuntimeError):
+    """The replayer cannot be built or started here (one line: why; the profiler is used instead)."""
+
+
+@dataclass(frozen=True)
+class Cupti:
+    include: Path
+    library: Path
+
+
+def find_cupti() -> Cupti:
+    """The toolkit's CUPTI: its headers and ``libcupti.so``."""
+    nvcc = toolchain.find("nvcc")
+    if nvcc is None:
+        raise ServiceError("nvcc not found: the replayer cannot be built")
+    root = toolchain.toolkit_root(nvcc)
+    includes = [root / "include", root / "extras" / "CUPTI" / "include", root / "targets" / "x86_64-linux" / "include"]
+    libs = [root / d / "libcupti.so" for d in ("lib64", "lib", "extras/CUPTI/lib64", "targets/x86_64-linux/lib")]
+    include = next((d for d in includes if (d / CUPTI_HEADER).is_file()), None)
+    library = next((p for p in libs if p.exists()), None)
+    if include is None or library is None:
+        raise ServiceError(f"the CUDA toolkit at {root} has no CUPTI Range Profiler ({CUPTI_HEADER}, libcupti.so)")
+    return Cupti(include, library)
+
+
+def replayer_binary(archs: tuple[str, ...], cache_dir: Path | None = None) -> Path:
+    """The replayer built for ``archs`` (its own L2-flush kernel runs on the GPU), cached by the
+    source, the compiler, CUPTI and the flags; built once, published atomically."""
+    cupti = find_cupti()
+    nvcc = toolchain.find("nvcc")
+    assert nvcc is not None  # (find_cupti found it)
+    flags = ["-O2", "-std=c++17", *gencode_flags(archs), f"-I{cupti.include}", f"-L{cupti.library.parent}", "-lcupti",
+             "-Xlinker", f"-rpath={cupti.library.parent}"]
+    stat = cupti.library.stat()
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), toolchain.nvcc_version(), str(cupti.library), str(stat.st_size),
+                                    str(stat.st_mtime_ns), *flags]).encode()).hexdigest()[:32]
+    cache = private_dir(private_dir(cache_dir or default_cache_dir(), "the grader's cache folder") / "helpers", "the helpers' cache")
+    final = cache / f"replay-{key}"
+    if (final / "replay").is_file():
+        return final / "replay"
+    lock = filelock.FileLock(str(cache / f".replay-{key}.lock"), mode=0o600, thread_local=False)
+    with lock.acquire(timeout=BUILD_TIME_LIMIT_S + 10):
+        if (final / "replay").is_file():
+            return final / "replay"
+        work = Path(tempfile.mkdtemp(prefix="replay-", dir=cache))
+        try:
+            done = subprocess.run([str(nvcc), *flags, "-o", str(work / "replay"), str(SOURCE)], capture_output=True,
+                                  text=True, errors="replace", timeout=BUILD_TIME_LIMIT_S, stdin=subprocess.DEVNULL, cwd=work)
+            if done.returncode != 0 or not (work / "replay").is_file():
+                raise ServiceError(f"the replayer did not build: {(done.stderr or done.stdout).strip()[-500:]}")
+            os.rename(work, final)
+        except subprocess.TimeoutExpired:
+            raise ServiceError(f"building the replayer took over {BUILD_TIME_LIMIT_S:g} s") from None
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final / "replay"
+
+
+def planned_passes(binary: Path, metric_sets: list[tuple[str, ...]], chip: str) -> list[int | str]:
+    """The replay passes CUPTI plans for each metric set on ``chip`` (``GH100``: H100, H200), or why
+    it cannot collect a set. Needs no GPU."""
+    text = "".join(" ".join(m) + "\n" for m in metric_sets)
+    done = subprocess.run([str(binary), "--plan", chip], input=text, capture_output=True, text=True,
+                          timeout=PLAN_TIME_LIMIT_S)
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or len(lines) != len(metric_sets):
+        raise ServiceError(f"the replayer's planner failed: {(done.stderr or done.stdout).strip()[-300:]}")
+    return [int(line.split()[1]) if line.startswith("passes ") else line.removeprefix("error ") for line in lines]
+
+
+class Replayer:
+    """The replayer process of one GPU, started at its first task and again after one that ended it.
+    ``stage`` is the grader's folder for the tasks' files: the only one the sandbox lets it write."""
+
+    def __init__(self, binary: Path, stage: Path, sandbox: Sandbox, gpu: GpuInfo | None = None) -> None:
+        self.binary, self.stage, self.sandbox, self.gpu = binary, stage, sandbox, gpu
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lines: queue.Queue[bytes | None] = queue.Queue()
+        self.ready: dict[str, Any] = {}
+        self.unavailable = ""
+        self._lock = threading.Lock()
+        self._tasks = 0
+
+    def _start(self) -> None:
+        # Answers come through a pipe of their own: what a student's kernel printfs goes to standard output.
+        answers, theirs = os.pipe()
+        cmd = self.sandbox.wrap([str(self.binary), "--answers", str(theirs)],
+                                read_only=(self.binary.parent, find_cupti().library.parent), writable=(self.stage,), cwd=self.stage)
+        try:  # (started from the grader's lasting thread: the sandbox ends a process with the thread that started it)
+            self.proc = start_lasting(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      cwd=self.stage, env=confined_env(), start_new_session=True, pass_fds=(theirs,))
+        except OSError:
+            os.close(answers)
+            raise
+        finally:
+            os.close(theirs)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(os.fdopen(answers, "rb"), self.lines), daemon=True, name="replayer-answers").start()
+        first = self._answer(START_TIME_LIMIT_S)
+        if first.get("status") == "ready" and isinstance(first.get("chip"), str):
+            self.ready = first
+            return
+        self.close(kill=True)
+        why = first.get("reason") if first.get("status") == "unavailable" else first.get("problem")
+        self.unavailable = f"the counter replayer is unavailable here: {str(why)[:300] or 'it did not start'}"
+
+    @staticmethod
+    def _read(pipe: BinaryIO, lines: queue.Queue[bytes | None]) -> None:
+        with pipe:
+            for line in iter(lambda: pipe.readline(64 << 10), b""):
+                lines.put(line)
+        lines.put(None)
+
+    def _answer(self, limit_s: float) -> dict[str, Any]:
+        """The next answer line, or {"problem": why} where none came in time or it was not JSON."""
+        try:
+            line = self.lines.get(timeout=limit_s)
+        except queue.Empty:
+            return {"problem": f"no answer within {limit_s:g} s"}
+        if line is None:
+            return {"problem": "it ended"}
+        try:
+            return parse_line(line.decode(errors="replace"))
+        except BadAnswer as exc:
+            return {"problem": str(exc)}
+
+    def task_folder(self) -> Path:
+        """A fresh folder in ``stage`` for one task's files (the caller removes it)."""
+        self._tasks += 1
+        return Path(tempfile.mkdtemp(prefix=f"task{self._tasks}-", dir=self.stage))
+
+    def run(self, text: str, metrics: Mapping[str, tuple[str, ...]], limit_s: float) -> dict[str, CaseResult]:
+        """Run one task (``task.task_text``) whose cases profile ``metrics`` (case id -> metrics): a
+        result for every case, failed ones with the reason."""
+        with self._lock, gputurns.step(), profiling_lock(limit_s, lock_folder(self.gpu)):
+            return self._run(text, metrics, limit_s)
+
+    def _run(self, text: str, metrics: Mapping[str, tuple[str, ...]], limit_s: float) -> dict[str, CaseResult]:
+        if self.proc is None and not self.unavailable:
+            self._start()
+        if self.proc is None:
+            return {case: CaseResult(case, reason=self.unavailable) for case in metrics}
+        results: dict[str, CaseResult] = {}
+        why = ""
+        # written beside the answers, so that a replayer stuck in a kernel cannot hold the grader past the limit
+        threading.Thread(target=self._send, args=(self.proc, text), daemon=True, name="replayer-task").start()
+        deadline = time.monotonic() + limit_s
+        while not why:
+            answer = self._answer(max(0.0, deadline - time.monotonic()))
+            if "problem" in answer or answer.get("status") == "fatal":
+                why = str(answer.get("problem") or answer.get("reason"))[:300]
+            elif "task" in answer:
+                if answer.get("status") != "done":
+                    why = str(answer.get("reason"))[:300]
+                break
+            else:
+                try:
+                    result = case_result(answer, metrics)
+                except BadAnswer as exc:
+                    why = f"a malformed answer ({exc})"
+                    break
+                results[result.id] = result
+        if why and "loading the cubin" not in why:
+            self.close(kill=True)  # (the next task starts a fresh process)
+        return {case: results.get(case) or CaseResult(case, reason=f"the replayer stopped: {why or 'no answer'}")
+                for case in metrics}
+
+    @staticmethod
+    def _send(proc: subprocess.Popen[bytes], text: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # (a replayer that ended: its answers say so)
+            assert proc.stdin is not None
+            proc.stdin.write(text.encode())
+            proc.stdin.flush()
+
+    def close(self, kill: bool = False) -> None:
+        """End the process: asked to quit when idle, killed (with its group) after a task went wrong."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if kill or proc.poll() is not None:
+                raise OSError("(no quit)")
+            assert proc.stdin is not None
+            proc.stdin.write(b"quit\n")
+            proc.stdin.close()
+            proc.wait(timeout=5)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            kill_group(proc.pid)
+            proc.wait()
+            with contextlib.suppress(OSError, ValueError):
+                assert proc.stdin is not None
+                proc.stdin.close()
+
+
+_REPLAYERS: dict[str, Replayer] = {}
+_REGISTRY = threading.Lock()
+
+
+def replayer_for(gpu: GpuInfo, archs: tuple[str, ...], sandbox: Sandbox, cache_dir: Path | None = None) -> Replayer:
+    """This process's replayer for ``gpu`` (one per GPU, started on its first task)."""
+    key = f"{gpu.uuid or gpu.index}|{','.join(archs)}|{sandbox.active}"
+    with _REGISTRY:
+        if key not in _REPLAYERS:
+            stage = Path(tempfile.mkdtemp(prefix="grader-replay-"))
+            _REPLAYERS[key] = Replayer(replayer_binary(archs, cache_dir), stage, sandbox, gpu)
+        return _REPLAYERS[key]
+
+
+def close_all() -> None:
+    """Stop every replayer of this process and remove their folders."""
+    with _REGISTRY:
+        for replayer in _REPLAYERS.values():
+            replayer.close()
+            shutil.rmtree(replayer.stage, ignore_errors=True)
+        _REPLAYERS.clear()
+
+
+atexit.register(close_all)

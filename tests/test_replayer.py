@@ -1,0 +1,444 @@
+"""The counter replayer's groundwork (``--counters replay``): the launch recorder compiled into every
+graded library, the record parsed as hostile input, the device code taken out of a real build, the
+pointer mapping, the task and answers, and the replayer program built with the real nvcc and CUPTI.
+What needs a GPU is marked ``gpu`` (and run whole by ``benchmarks/replayer_check.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader.checks.correctness import launcher_spec
+from grader.cli import _options, _parser
+from grader.counters import cubin, service
+from grader.counters import record as rec
+from grader.counters.collect import array_slots
+from grader.counters.plan import Alloc, ArraySlot, Copy, Free, Launch, Memset, Patch, SymbolCopy, Unreplayable, find, plan_call
+from grader.counters.record import CopyRecord, LaunchRecord, MalformedRecord, SymbolRecord, parse
+from grader.counters.task import BadAnswer, CaseTask, case_result, parse_line, task_text
+from grader.isolation.build import RECORDED_CALLS, WRAPPED_LAUNCHES, lab_build
+from grader.isolation.options import GradeOptions
+from grader.isolation.sandbox import Sandbox
+from grader.labspec.labs import find_lab, lab_ids
+from grader.worker.buffers import Slot, layout
+from grader.worker.protocol import Kind, record_task, tool_case_task
+
+# ---------------------------------------------------------------- a record as the support file writes one
+
+MASK = "0000803f" * 3  # three 1.0f
+M_ADDR, P_ADDR, MASK_ADDR, SCRATCH = 0x7F0000000000, 0x7F0000100000, 0x55550000, 0x7F0000200000
+ARRAYS = (ArraySlot("in", 4096, "input", False), ArraySlot("out", 4096, "output", False, b"\x00\x00\xc0\x7f"),
+          ArraySlot("mask", 12, "input", True))
+
+
+def ptr(value: int) -> str:
+    return "8:" + value.to_bytes(8, "little").hex()
+
+
+def i32(value: int) -> str:
+    return "4:" + value.to_bytes(4, "little").hex()
+
+
+GOOD = "\n".join([
+    f"symbol mask_c 0 12 h2d {MASK_ADDR} 0 {MASK}",
+    f"malloc {SCRATCH} 4096",
+    f"memset {SCRATCH} 0 4096 0",
+    f"copy d2d {SCRATCH} {M_ADDR} 4096 0 -",
+    f"launch plain _Z4convPKfPfi 4 1 1 256 1 1 0 0 {ptr(SCRATCH + 16)} {ptr(P_ADDR)} {i32(1024)}",
+    f"free {SCRATCH}",
+    "",
+])
+MODULE = cubin.Module(Path("/x/module.cubin"), {"_Z4convPKfPfi": cubin.Kernel("_Z4convPKfPfi", (8, 8, 4))},
+                      {"mask_c": cubin.Variable("mask_c", 128)})
+
+
+def reply(text: object = GOOD, **arrays: object) -> dict[str, object]:
+    return {"text": text, "arrays": arrays or {"in": M_ADDR, "out": P_ADDR, "mask": MASK_ADDR}}
+
+
+def test_a_record_parses_into_typed_operations_in_order():
+    record = parse(reply(), ["in", "out", "mask"])
+    assert [type(op).__name__ for op in record.ops] == ["SymbolRecord", "AllocRecord", "MemsetRecord", "CopyRecord",
+                                                         "LaunchRecord", "FreeRecord"]
+    launch = record.launches[0]
+    assert launch == LaunchRecord("_Z4convPKfPfi", (4, 1, 1), (256, 1, 1), 0,
+                                  ((SCRATCH + 16).to_bytes(8, "little"), P_ADDR.to_bytes(8, "little"), (1024).to_bytes(4, "little")))
+    assert record.ops[0] == SymbolRecord("mask_c", 0, 12, False, MASK_ADDR, bytes.fromhex(MASK))
+    assert record.ops[3] == CopyRecord("d2d", SCRATCH, M_ADDR, 4096, None)
+    assert record.unsupported == () and record.arrays["mask"] == MASK_ADDR
+
+
+@pytest.mark.parametrize("value,needle", [
+    ("not a dict", "exactly text and arrays"),
+    ({"text": GOOD, "arrays": {}, "extra": 1}, "exactly text and arrays"),
+    (reply(GOOD, **{"in": M_ADDR, "out": P_ADDR}), "does not name exactly"),
+    (reply(GOOD, **{"in": "0x7f", "out": P_ADDR, "mask": 1}), "address of in"),
+    (reply(GOOD, **{"in": True, "out": P_ADDR, "mask": 1}), "address of in"),
+    (reply(GOOD, **{"in": -1, "out": P_ADDR, "mask": 1}), "address of in"),
+    (reply(GOOD, **{"in": 1 << 64, "out": P_ADDR, "mask": 1}), "address of in"),
+    (reply(12345), "ASCII"),
+    (reply("launch plain k 1 1 1 1 1 1 0 0\nlaunch plain é 1 1 1 1 1 1 0 0\n"), "ASCII"),
+    (reply("x" * (rec.TEXT_LIMIT + 1)), "ASCII of at most"),
+    (reply("free 0\n" * 4097), "more than 4096 lines"),
+    (reply(GOOD[: GOOD.index(" 256 1 1")]), "line 5"),  # truncated mid-launch
+    (reply("launch plain k 1 1 1 32 1 1 0 0 8:00\n"), "size's worth of hex"),
+    (reply("launch plain k 1 1 1 32 1 1 0 0 4:0000zz00\n"), "size's worth of hex"),
+    (reply("launch plain k 1 1 1 32 1 1 0 0 4:-\n"), "no bytes"),
+    (reply("launch plain k 1 1 1 32 1 1 0 0 " + " ".join(["4:00000000"] * 257) + "\n"), "more than 256 parameters"),
+    (reply("launch plain k 1 1 1 32 1 1 0 0 " + " ".join(["4096:" + "00" * 4096] * 2) + "\n"), "bytes of parameters"),
+    (reply("launch plain k; 1 1 1 32 1 1 0 0\n"), "not a symbol name"),
+    (reply("launch cooperative k 1 1 1 32 1 1 0 0\n"), "not a launch"),
+    (reply("launch plain k 1 70000 1 32 1 1 0 0\n"), "below 65536"),
+    (reply("malloc -5 16\n"), "not a count"),
+    (reply("malloc 007 16\n"), "not a count"),
+    (reply("malloc 1 16 7\n"), "fields"),
+    (reply("memset 1 256 16 0\n"), "below 256"),
+    (reply("memset 1 0 16 2\n"), "stream"),
+    (reply("copy up 1 2 4 0 -\n"), "unknown kind"),
+    (reply("symbol mask_c 0 4 d2d 1 0 00000000\n"), "host bytes for a copy from the device"),
+    (reply("unsupported teleport\n"), "unknown call"),
+    (reply("exec /bin/sh\n"), "unknown operation"),
+])
+def test_hostile_records_are_refused_with_the_reason(value, needle):
+    """A worker's reply is the student's to write: anything but what the support file writes is
+    refused (the case then goes to the profiler), never half-read."""
+    with pytest.raises(MalformedRecord) as caught:
+        parse(value, ["in", "out", "mask"])
+    assert needle in str(caught.value)
+
+
+@pytest.mark.parametrize("text,reason", [
+    (None, rec.TOO_LONG),
+    ("launch plain k 1 1 1 32 1 1 0 1\n", rec.NON_DEFAULT_STREAM),
+    ("memset 1 0 16 1\n", rec.NON_DEFAULT_STREAM),
+    ("launch plain ? 1 1 1 32 1 1 0 0\n", rec.NAMELESS),
+    ("symbol ? 0 4 h2d 1 0 00000000\n", rec.NAMELESS),
+    ("launch plain k 1 1 1 32 1 1 0 0 ?\n", "would not describe"),
+    ("launch plain k 0 1 1 32 1 1 0 0\n", "invalid launch configuration"),
+    ("launch plain k 1 1 1 64 64 1 0 0\n", "invalid launch configuration"),
+    ("unsupported graph\n", "CUDA graph"),
+    ("unsupported driver-api\n", "driver API"),
+    ("unsupported managed-memory\n", "managed memory"),
+])
+def test_well_formed_records_of_what_cannot_be_replayed_say_why(text, reason):
+    record = parse(reply(text), ["in", "out", "mask"])
+    assert any(reason in why for why in record.unsupported), record.unsupported
+    with pytest.raises(Unreplayable, match="the launcher uses"):
+        plan_call(record, ARRAYS, MODULE)
+
+
+# ---------------------------------------------------------------- the mapping of recorded addresses
+
+def test_find_maps_an_address_to_the_buffer_it_falls_in_or_ends():
+    from grader.counters.plan import _Region
+
+    regions = [_Region(0, 1000, 100, False), _Region(1, 1100, 50, False), _Region(2, 5000, 10, False, live=False)]
+    assert find(1000, regions)[0].buffer == 0 and find(1099, regions)[1] == 99
+    assert find(1100, regions)[0].buffer == 1  # the next buffer's start, not the first one's end
+    assert find(1150, regions) == (regions[1], 50)  # one past the end of the last
+    assert find(999, regions) is None and find(5003, regions) is None  # before any; a freed one
+
+
+def test_a_recorded_call_is_planned_onto_the_replays_own_buffers():
+    plan = plan_call(parse(reply(), ["in", "out", "mask"]), ARRAYS, MODULE)
+    kinds = [(b.index, b.kind, b.name, b.host) for b in plan.buffers]
+    assert kinds == [(0, "input", "in", False), (1, "output", "out", False), (2, "input", "mask", True), (3, "scratch", "", False)]
+    assert plan.buffers[1].fill == b"\x00\x00\xc0\x7f"
+    assert plan.steps == (
+        SymbolCopy("mask_c", 0, 2, 0, 12),  # from the launcher's own host array, not the recorded bytes
+        Alloc(3), Memset(3, 0, 0, 4096), Copy(3, 0, 0, 0, 4096),
+        Launch("_Z4convPKfPfi", (4, 1, 1), (256, 1, 1), 0, plan.steps[4].params, (Patch(0, 0, 3, 16), Patch(1, 0, 1, 0))),
+        Free(3),
+    )
+    assert plan.kernels == ("_Z4convPKfPfi",) and plan.launches == 1
+
+
+def _plan(text: str, module: cubin.Module = MODULE):
+    return plan_call(parse(reply(text), ["in", "out", "mask"]), ARRAYS, module)
+
+
+def launch_line(*params: str, kernel: str = "_Z4convPKfPfi") -> str:
+    return f"launch plain {kernel} 4 1 1 256 1 1 0 0 {' '.join(params)}\n"
+
+
+@pytest.mark.parametrize("text,needle", [
+    (launch_line(ptr(0x7F00DEAD0000), ptr(P_ADDR), i32(1)), "parameter 1 of _Z4convPKfPfi holds an address"),  # pointer to nowhere
+    (launch_line(ptr(M_ADDR), ptr(MASK_ADDR), i32(1)), "parameter 2 of _Z4convPKfPfi points to host memory"),
+    (f"malloc {SCRATCH} 64\nfree {SCRATCH}\n" + launch_line(ptr(SCRATCH), ptr(P_ADDR), i32(1)), "holds an address"),  # freed
+    (launch_line(ptr(M_ADDR), ptr(P_ADDR)), "do not fit its parameters"),
+    (launch_line(ptr(M_ADDR), ptr(P_ADDR), ptr(1)), "do not fit its parameters"),
+    (launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1), kernel="_Z5otherv"), "does not define"),
+    (f"free {M_ADDR}\n" + launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1)), "did not allocate"),
+    (f"malloc {M_ADDR + 64} 64\n" + launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1)), "overlap"),
+    (f"memset {P_ADDR + 4000} 0 200 0\n" + launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1)), "memset of device memory"),
+    (f"copy h2d {M_ADDR} 4660 16 0 -\n" + launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1)), "copy from host memory"),
+    (f"copy d2d {M_ADDR} 4660 16 0 -\n" + launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1)), "copy from device memory"),
+    (f"symbol other_c 0 4 h2d {MASK_ADDR} 0 -\n" + launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1)), "does not have (other_c)"),
+    (f"symbol mask_c 126 4 h2d {MASK_ADDR} 0 -\n" + launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1)), "does not have"),
+    (f"malloc {SCRATCH} {(16 << 30) + 1}\n" + launch_line(ptr(M_ADDR), ptr(P_ADDR), i32(1)), "allocates more than"),
+    ("memset 0 0 0 0\n", "ran no kernel"),
+])
+def test_what_cannot_be_mapped_is_not_replayed_and_says_why(text, needle):
+    with pytest.raises(Unreplayable) as caught:
+        _plan(text)
+    assert needle in str(caught.value)
+
+
+def test_values_and_end_pointers_stay_as_they_were_recorded():
+    small = (12345).to_bytes(8, "little").hex()
+    plan = _plan(f"copy h2d {M_ADDR} 4660 16 0 {'ab' * 16}\n" + launch_line(f"8:{small}", ptr(P_ADDR + 4096), i32(7)))
+    data = plan.buffers[3]
+    assert (data.kind, data.host, data.data, data.size) == ("data", True, b"\xab" * 16, 16)  # bytes recorded inline
+    launch = plan.steps[1]
+    assert isinstance(launch, Launch) and launch.patches == (Patch(1, 0, 1, 4096),)  # a value, then P's end
+    assert plan.steps[0] == Copy(0, 0, 3, 0, 16)
+
+
+def test_words_inside_a_struct_parameter_are_mapped_too():
+    module = cubin.Module(Path("/m"), {"k": cubin.Kernel("k", (16,))}, {})
+    struct = "16:" + (P_ADDR + 8).to_bytes(8, "little").hex() + (3).to_bytes(8, "little").hex()
+    plan = _plan(launch_line(struct, kernel="k"), module)
+    assert plan.steps[0].patches == (Patch(0, 0, 1, 8),)
+
+
+def test_array_slots_carry_the_workers_fill_of_each_output():
+    spec = find_lab("histogram")
+    slots = tuple(s for s in layout(launcher_spec(spec), {"n": 100, "text": "english"}, 0) if isinstance(s, Slot))
+    by_name = {a.name: a for a in array_slots(slots)}
+    assert by_name["bins"] == ArraySlot("bins", 28, "output", False, b"\x00" * 4)  # init: zero
+    assert by_name["text"] == ArraySlot("text", 100, "input", False, b"")
+    spec = find_lab("tiled_matmul")
+    slots = tuple(s for s in layout(launcher_spec(spec), {"width": 16}, 0) if isinstance(s, Slot))
+    assert array_slots(slots)[2].fill == np.array([np.nan], dtype=np.float32).tobytes()
+
+
+def test_a_record_task_asks_for_the_record_and_leaves_the_case_as_it_was():
+    case = tool_case_task("/lib.so", launcher_spec(find_lab("tiled_matmul")), {"width": 16}, {}, fill=3)
+    recorded = record_task(case)
+    assert recorded["record"] is True and recorded["kind"] == Kind.CASE.value and recorded["fill"] == 3
+    assert "record" not in case
+
+
+# ---------------------------------------------------------------- the task and the replayer's answers
+
+def test_a_task_names_buffers_by_number_and_code_by_its_checked_symbols(tmp_path):
+    plan = plan_call(parse(reply(), ["in", "out", "mask"]), ARRAYS, MODULE)
+    case = CaseTask("c0", ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",), plan,
+                    {0: tmp_path / "in0.bin", 2: tmp_path / "in2.bin"}, {1: tmp_path / "out1.bin"})
+    lines = task_text("t", tmp_path / "module.cubin", MODULE, [case]).splitlines()
+    assert lines[:4] == [f"task t {tmp_path}/module.cubin", "global mask_c", "case c0",
+                         "metrics 1 l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"]
+    assert lines[4:8] == [f"buffer 0 4096 device input file {tmp_path}/in0.bin", "buffer 1 4096 device output pattern 0000c07f",
+                          f"buffer 2 12 host input file {tmp_path}/in2.bin", "buffer 3 4096 device scratch none -"]
+    params = f"{(SCRATCH + 16).to_bytes(8, 'little').hex()} {P_ADDR.to_bytes(8, 'little').hex()} 00040000"
+    assert lines[8:] == ["symbol mask_c 0 2 0 12", "alloc 3", "memset 3 0 0 4096", "copy 3 0 0 0 4096",
+                         f"launch _Z4convPKfPfi 4 1 1 256 1 1 0 3 {params}", "patch 0 0 3 16", "patch 1 0 1 0", "free 3",
+                         f"output 1 {tmp_path}/out1.bin", "run", "end"]
+    with pytest.raises(ValueError, match="not a token"):
+        task_text("t", Path("/a folder/module.cubin"), MODULE, [case])
+
+
+METRICS = {"c0": ("a.sum", "b.sum")}
+
+
+def test_a_case_answer_is_believed_only_in_its_exact_shape():
+    ok = {"case": "c0", "status": "ok", "values": {"a.sum": 524288.0, "b.sum": 0}, "passes": 2, "planned": 2, "ranges": 1,
+          "seconds": 0.16}
+    result = case_result(ok, METRICS)
+    assert result.ok and result.values == {"a.sum": 524288.0, "b.sum": 0.0} and result.passes == 2
+    failed = case_result({"case": "c0", "status": "failed", "reason": "launch: cudaErrorIllegalAddress"}, METRICS)
+    assert not failed.ok and "cudaErrorIllegalAddress" in failed.reason
+    bad = [
+        {**ok, "case": "c1"}, {**ok, "status": "great"}, {**ok, "extra": 1}, {**ok, "values": {"a.sum": 1}},
+        {**ok, "values": {"a.sum": 1, "b.sum": -1}}, {**ok, "values": {"a.sum": 1, "b.sum": float("nan")}},
+        {**ok, "values": {"a.sum": 1, "b.sum": 1e300}}, {**ok, "values": {"a.sum": "1", "b.sum": 1}},
+        {**ok, "passes": 0}, {**ok, "passes": True}, {**ok, "planned": 65},
+        {"case": "c0", "status": "failed", "reason": 3},
+    ]
+    for answer in bad:
+        with pytest.raises(BadAnswer):
+            case_result(answer, METRICS)
+    for line in ("x" * (65 << 10), "[1, 2]", "{not json"):
+        with pytest.raises(BadAnswer):
+            parse_line(line)
+
+
+# ---------------------------------------------------------------- real builds: the recorder and the device code
+
+@pytest.fixture(scope="module")
+def memory_types_build(tmp_path_factory):
+    spec = find_lab("memory_types")
+    result = lab_build(spec, spec.files.reference, ("sm_90",), tmp_path_factory.mktemp("replayer-cache"))
+    assert result.ok and result.library is not None, result.message
+    return spec, result.library
+
+
+def test_every_graded_library_carries_the_recorder_and_its_wrappers(memory_types_build):
+    _, library = memory_types_build
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=True).stdout
+    for name in ("cudalab_grader_record", "cudalab_grader_recorded", "cudalab_grader_launched"):
+        assert f" T {name}\n" in symbols
+    for name in (*WRAPPED_LAUNCHES, *RECORDED_CALLS):
+        assert f" T __wrap_{name}\n" in symbols, name
+    code = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True, check=True).stdout
+    launcher = code[code.index("<conv1d>:"):]
+    launcher = launcher[: launcher.index("\n\n")]
+    assert "__wrap_cudaMemcpyToSymbol" in launcher  # the student's call goes through the recorder
+
+
+def test_the_device_code_is_taken_out_of_a_real_build_with_its_parameter_layout(memory_types_build, tmp_path):
+    spec, library = memory_types_build
+    modules = cubin.extract(library, tmp_path / "cubins", "sm_90")
+    assert len(modules) >= 2  # the student's file and the support file
+    module = cubin.module_of(modules, ["_Z12conv1d_tiledPKfPfii"])
+    assert isinstance(module, cubin.Module)
+    assert module.kernels["_Z12conv1d_tiledPKfPfii"].params == (8, 8, 4, 4)
+    assert module.variables["mask_c"].size == 4 * 15  # MAX_MASK_WIDTH floats
+    assert cubin.read_cubin(module)[:4] == b"\x7fELF"
+    assert "does not define" in cubin.module_of(modules, ["_Z5otherv"])
+    assert cubin.module_of(modules, ["_Z5otherv", "_Z12conv1d_tiledPKfPfii"]) == module  # (the case with _Z5otherv is refused by its plan)
+    assert cubin.extract(library, tmp_path / "none", "sm_80") == []
+
+
+# ---------------------------------------------------------------- the replayer program
+
+@pytest.fixture(scope="module")
+def replayer(tmp_path_factory) -> Path:
+    try:
+        service.find_cupti()
+    except service.ServiceError as exc:
+        pytest.skip(f"no CUPTI here: {exc}")
+    return service.replayer_binary(("sm_90",), tmp_path_factory.mktemp("replayer-build"))
+
+
+#: Replay passes per metric set on GH100 (H100, H200), as the Profiler Host API plans them (the probe's table).
+L1REQ, L1SEC = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
+UNION = (L1REQ, L1SEC, "smsp__sass_data_bytes_mem_global_op_ld.sum", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+         "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "smsp__sass_inst_executed_op_shared_ld.sum",
+         "smsp__sass_inst_executed_op_shared_st.sum", "smsp__sass_inst_executed_op_global_red.sum",
+         "smsp__sass_inst_executed_op_global_atom.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+
+
+def test_the_replayer_builds_with_the_real_nvcc_and_links_cupti_but_not_the_driver(replayer):
+    linked = subprocess.run(["ldd", str(replayer)], capture_output=True, text=True).stdout
+    assert "libcupti" in linked and "libcuda.so" not in linked  # (the driver is the runtime's to load, on a GPU)
+    again = service.replayer_binary(("sm_90",), replayer.parent.parent.parent)
+    assert again == replayer  # cached
+
+
+def test_the_pass_planner_gives_the_probes_pass_counts_without_a_gpu(replayer):
+    sets = [UNION, (L1REQ,), (L1REQ, L1SEC), ("dram__bytes_read.sum", "dram__bytes_write.sum"), ("gpu__time_duration.sum",),
+            ("no_such_metric.sum",)]
+    assert service.planned_passes(replayer, sets, "GH100")[:5] == [4, 1, 2, 1, 1]
+    assert "not available" in str(service.planned_passes(replayer, sets, "GH100")[5])
+
+
+def test_each_labs_counter_cases_plan_into_the_passes_the_probe_measured(replayer):
+    from grader.engine import launched
+
+    expected = {"tiled_matmul": [1, 1], "boundary_checks": [1, 1], "corner_turning": [3, 1], "histogram": [2],
+                "memory_types": [1, 1]}
+    for lab in lab_ids():
+        sets = list(launched.profiles_for(find_lab(lab)).metrics.values())
+        assert service.planned_passes(replayer, sets, "GH100") == expected[lab], lab
+
+
+def test_the_replayer_answers_on_a_pipe_of_its_own_never_on_standard_output(replayer):
+    """A student's kernel can printf, and what it prints reaches the replayer's standard output: a
+    forged answer line there must not be read. The replayer answers on the descriptor it is given."""
+    import os
+
+    read, write = os.pipe()
+    try:
+        done = subprocess.run([str(replayer), "--answers", str(write)], input=b"quit\n", capture_output=True, timeout=60,
+                              pass_fds=(write,))
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as answers:
+        first = json.loads(answers.readline())
+    assert done.stdout == b"" and first["status"] in ("ready", "unavailable")
+    assert subprocess.run([str(replayer)], capture_output=True, timeout=60).returncode == 2  # (no answers' pipe: no service)
+
+
+def test_a_replayer_without_a_gpu_says_so_and_every_case_goes_to_the_profiler(replayer, tmp_path):
+    from grader.host import gpu
+
+    if gpu.probe().gpu is not None:
+        pytest.skip("this machine has a GPU")
+    from grader.isolation import sandbox
+
+    for confined in {Sandbox(None, reason="off"), sandbox.detect()}:  # (answers come through the sandbox too)
+        runner = service.Replayer(replayer, tmp_path, confined)
+        results = runner.run("task t /x\nend\n", {"c0": ("a.sum",), "c1": ("b.sum",)}, 30.0)
+        assert {r.id for r in results.values()} == {"c0", "c1"}
+        assert all("unavailable here: no CUDA device" in r.reason for r in results.values()), (confined, results)
+        runner.close()
+
+
+def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_types_build, replayer, tmp_path):
+    """The whole replay path, run where it cannot succeed: the recording worker finds no GPU, and
+    each case is left to the profiler with that reason; nothing is settled."""
+    import time
+
+    from grader.counters import collect
+    from grader.engine import launched
+    from grader.host import gpu
+    from grader.isolation.launch import Isolation
+    from grader.isolation.submission import Submission
+    from grader.labspec.labs import load_problem
+
+    if gpu.probe().gpu is not None:
+        pytest.skip("this machine has a GPU (the GPU tests replay for real)")
+    spec, library = memory_types_build
+    sub = Submission(spec, "reference.cu", library, (), ("sm_90",), load_problem(spec), Isolation(Sandbox(None, reason="off")),
+                     replayer.parent.parent.parent, tmp_path / "work", time.monotonic() + 300, 300.0, "secret",
+                     gpu.GpuInfo("none", (9, 0), "0"))
+    profiles = launched.profiles_for(spec)
+    notes: list[str] = []
+    assert collect.replayed(sub, profiles, notes.append) == {}
+    assert len(notes) == len(profiles.metrics) == 2
+    assert all("reference.cu: counters of" in n and "instead of the replayer (the recording run failed" in n for n in notes), notes
+
+
+# ---------------------------------------------------------------- the option
+
+def test_counters_come_from_ncu_unless_replay_is_asked_for(tmp_path):
+    for command in (["grade", "tiled_matmul"], ["grade-repo", str(tmp_path)], ["grade-class", str(tmp_path), "--out", str(tmp_path / "out")]):
+        common = [*command, "--cache-dir", str(tmp_path / "cache"), "--no-gpu"]
+        plain, asked = _parser().parse_args(common), _parser().parse_args([*common, "--counters", "replay"])
+        assert (_options(plain).counter_source, _options(asked).counter_source) == ("ncu", "replay"), command
+    assert GradeOptions().counter_source == "ncu"
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["grade", "tiled_matmul", "--counters", "nsight"])
+
+
+# ---------------------------------------------------------------- on a GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lab_id", lab_ids())
+def test_replayed_counters_equal_the_profilers_and_every_verdict_is_the_same(lab_id):
+    """Every known solution of the lab graded with ``--counters replay`` and with ``--counters ncu``:
+    every exact count equal, every counter verdict the same, and no case left to the profiler."""
+    import importlib.util
+
+    found = importlib.util.spec_from_file_location("replayer_check", Path(__file__).parent.parent / "benchmarks" / "replayer_check.py")
+    assert found is not None and found.loader is not None
+    check = importlib.util.module_from_spec(found)
+    found.loader.exec_module(check)
+    table, problems = check.compare_lab(lab_id)
+    assert not problems, table + "\n" + "\n".join(problems)
+
+
+def test_replies_record_field_stays_out_of_the_reply_check():
+    """A worker's ``record`` is judged by the replay path alone (a malformed one sends the case to the
+    profiler): the reply check does not turn it into a verdict."""
+    from grader.isolation import replies
+
+    task = record_task(tool_case_task("/lib.so", launcher_spec(find_lab("tiled_matmul")), {"width": 16}, {}, fill=3))
+    ok = {"status": "ok", "seconds": 0.1, "kernels_launched": ["k"], "record": {"text": "garbage", "arrays": 3}}
+    assert replies.problem(task, ok) == ""
+    assert json.loads(json.dumps(ok)) == ok
