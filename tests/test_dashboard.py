@@ -217,10 +217,10 @@ def collected_class(tmp_path_factory) -> Path:
         students[sid].push()
     folder = base / "collected"
     entries = _entries(students, {"carol": "5"})
-    collect(entries, folder, POLICY, now=DEADLINE)
+    collect(entries, folder, POLICY, now=DEADLINE, allow_local=True)
     students["bob"].commit("done, dated before the deadline", DEADLINE - datetime.timedelta(hours=2), reference)
     students["bob"].push()
-    collect(entries, folder, POLICY, now=DEADLINE + datetime.timedelta(hours=36))
+    collect(entries, folder, POLICY, now=DEADLINE + datetime.timedelta(hours=36), allow_local=True)
     out = base / "results"
     assert cli.main(["grade-class", "--roster", str(folder / ROSTER), "--out", str(out), "--lab", "tiled_matmul", "--no-gpu", "-q"]) == 0
     return out
@@ -238,11 +238,14 @@ def test_a_collected_class_shows_each_students_standing_score_late_days_penalty_
     assert "5 students: 3 graded (1 late), 1 not due yet, 1 not handed in." in body
     assert [h for _, h in page.headers][:6] == ["Student", "Status", "Score (of 24)", "Late days", "Penalty", "Flags"]
     alice, bob, carol, dave, eve = (page.student(s) for s in ("alice", "bob", "carol", "dave", "eve"))
-    assert alice[1:6] == ["graded", grades["alice"]["total"], "0", "", ""]
+    # the class is collected from folders of this machine (--allow-local), which every row flags
+    local = "collected from a folder of this machine"
+    assert alice[1:5] == ["graded", grades["alice"]["total"], "0", ""] and alice[5].startswith(f"1 flag {local}")
     # bob: the score after the penalty, as grades.csv has it, with the raw score beside it
     assert float(grades["bob"]["total"]) == pytest.approx(0.8 * float(grades["bob"]["raw_total"])) and float(grades["bob"]["total"]) > 0
     assert bob[1:5] == ["graded", f"{grades['bob']['total']} ({grades['bob']['raw_total']} before the penalty)", "2", "20%"]
-    assert bob[5].startswith("1 flag commit dated 2026-12-01T21:59:00Z, before the deadline, but first collected at")
+    assert bob[5].startswith("2 flags") and local in bob[5]
+    assert "commit dated 2026-12-01T21:59:00Z, before the deadline, but first collected at" in bob[5]
     assert carol[1:6] == ["not due yet", "–", "", "", ""] and set(page.cells("carol")) == {"notdue"}
     assert dave[1:6] == ["not handed in", "–", "", "", ""] and set(page.cells("dave")) == {"missing"}
     assert eve[1:3] == ["graded", "0"] and page.cells("eve")[0] == "error"
