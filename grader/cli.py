@@ -48,7 +48,7 @@ from .isolation import gitinfo
 from .isolation.options import GradeOptions, Progress
 from .labspec import labdoc
 from .labspec.labs import find_lab, lab_ids
-from .labspec.paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo, shown, use_labs
+from .labspec.paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo, own_labs, refuse_unclaimed, shown, use_labs
 from .outcome import LabReport, fmt_points
 from .report import files as report_files
 from .report import text
@@ -107,6 +107,7 @@ def _arch(value: str) -> str:
 def cmd_grade(args: argparse.Namespace) -> int:
     if args.source is not None:
         look_in_repo(args.source.parent)
+    refuse_unclaimed("grade")
     spec = find_lab(args.lab)
     if args.source is not None and args.stub:
         raise GraderError("give either a source file or --stub, not both")
@@ -130,6 +131,7 @@ def cmd_grade_repo(args: argparse.Namespace) -> int:
     if args.fail_under is not None:
         _fail_under(args.fail_under, 1.0)
     look_in_repo(args.repo)
+    refuse_unclaimed("grade-repo")
     if args.repo.is_dir():
         _say_bundle(args)
     options = _options(args)
@@ -146,7 +148,8 @@ def _say_bundle(args: argparse.Namespace) -> None:
     found = locate_labs()
     if found.path is not None and found.from_repository:
         _say(f"labs: {shown(found.path)} (the repository's student bundle: feedback only, not the course's grade; "
-             "checks that need the course's files are left to the course's runner; a course grades with --labs DIR)")
+             "its problem.py runs as you (--own-labs); checks that need the course's files are left to the course's "
+             "runner; a course grades with --labs DIR)")
 
 
 def _finish(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> int:
@@ -237,6 +240,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    refuse_unclaimed("validate")
     specs = [find_lab(lab_id) for lab_id in (args.labs or lab_ids())]
     ok = True
     for spec in specs:
@@ -339,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     report_thread_errors()
     try:
         use_labs(args.labs_dir)
+        own_labs(args.own_labs)
         look_in_repo(None)
         return handler(args)
     except GraderError as exc:

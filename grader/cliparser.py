@@ -123,6 +123,9 @@ def _labs_option(p: argparse.ArgumentParser, default: object) -> None:
     p.add_argument("--labs", dest="labs_dir", type=Path, default=default, metavar="DIR",
                    help="take the labs from DIR (default: $GRADER_LABS_DIR, the course repository the grader runs "
                         f"from, or the repository's own bundle, {BUNDLE_LABS})")
+    p.add_argument("--own-labs", action="store_true", default=default if default is argparse.SUPPRESS else False,
+                   help=f"grade with this repository's own bundle ({BUNDLE_LABS}): its lab files are mine, run its "
+                        "problem.py as me (feedback only; without --labs or this, a repository's bundle is refused)")
 
 
 def _report_options(p: argparse.ArgumentParser) -> None:

@@ -120,7 +120,7 @@ def test_grading_with_a_hostile_bundle_is_an_input_error_that_shows_nothing_of_t
     planted.write_text("root:$6$secret-hash-from-the-host:19000:0:99999:7:::\n")
     set_file(lab_yaml(repo), "header", str(planted))
     monkeypatch.chdir(repo)
-    assert main(["grade-repo", ".", "--no-gpu", "--lab", "tiled_matmul", "-q"]) == 2
+    assert main(["grade-repo", ".", "--own-labs", "--no-gpu", "--lab", "tiled_matmul", "-q"]) == 2
     out, err = capsys.readouterr()
     assert "secret-hash" not in out + err
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
@@ -197,7 +197,8 @@ def test_a_class_never_imports_a_students_problem_py(tmp_path, released, monkeyp
 def test_grade_repo_from_its_own_bundle_says_so_on_every_score_line_and_in_every_report(repo, monkeypatch, capsys):
     monkeypatch.setattr(paths, "PROJECT_ROOT", repo.parent / "site-packages")
     monkeypatch.chdir(repo)
-    assert main(["grade-repo", ".", "--no-gpu", "--lab", "tiled_matmul", "--lab", "histogram", "-q", "--out", "report"]) == 0
+    assert main(["grade-repo", ".", "--own-labs", "--no-gpu", "--lab", "tiled_matmul", "--lab", "histogram", "-q", "--out",
+                 "report"]) == 0
     out, err = capsys.readouterr()
     note = "[feedback only: graded with the repository's own lab files (.cuda-grader/labs), not the course's]"
     scores = [line for line in out.splitlines() if line.strip().startswith(("score ", "== total"))]
@@ -306,7 +307,7 @@ def wheel_repo(fresh) -> Path:
 def test_installed_grader_announces_and_records_the_repository_bundle(fresh, wheel_repo, command):
     grader, env, _ = fresh
     report = wheel_repo / f"report-{command[0]}"
-    proc = run([str(grader), *command, "--no-gpu", "-q", "--out", str(report)], wheel_repo, env)
+    proc = run([str(grader), *command, "--own-labs", "--no-gpu", "-q", "--out", str(report)], wheel_repo, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     note = "[feedback only: graded with the repository's own lab files (.cuda-grader/labs), not the course's]"
     scores = [line for line in proc.stdout.splitlines() if line.strip().startswith(("score ", "== total"))]

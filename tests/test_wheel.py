@@ -87,7 +87,7 @@ def test_release_and_grade_the_student_template_from_its_bundle(fresh):
     assert (repo / ".github" / "workflows" / "grade.yml").is_file()
     assert_no_course_file(repo, specs)
 
-    proc = run([str(grader), "grade-repo", ".", "--no-gpu", "--out", "report"], repo, env)
+    proc = run([str(grader), "grade-repo", ".", "--own-labs", "--no-gpu", "--out", "report"], repo, env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "labs: .cuda-grader/labs (the repository's student bundle" in proc.stderr
     doc = json.loads((repo / "report" / "report.json").read_text())
@@ -113,8 +113,8 @@ def test_release_and_grade_the_student_template_from_its_bundle(fresh):
 
     # one lab, from inside the repository: the bundle is found in a parent folder
     lab_dir = repo / "labs" / "tiled_matmul"
-    proc = run([str(grader), "grade", "tiled_matmul", "student.cu", "--no-gpu", "-q"], lab_dir, env)
+    proc = run([str(grader), "grade", "tiled_matmul", "student.cu", "--own-labs", "--no-gpu", "-q"], lab_dir, env)
     assert proc.returncode == 0, proc.stderr
     assert "score 0/24 (22 points not checked here, 2 of them graded on the course's runner)" in proc.stdout
-    proc = run([str(grader), "grade", "tiled_matmul", "--no-gpu"], lab_dir, env)
+    proc = run([str(grader), "grade", "tiled_matmul", "--own-labs", "--no-gpu"], lab_dir, env)
     assert proc.returncode == 2 and "a student bundle has no reference solution to grade" in proc.stderr

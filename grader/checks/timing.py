@@ -17,6 +17,7 @@ from ..isolation.build import baseline_library
 from ..isolation.options import secret_seed
 from ..isolation.runner import TaskResult, WorkerSession
 from ..isolation.submission import Submission
+from ..labspec.paths import problem_to_import
 from ..labspec.spec import Benchmark, LabSpec, Timing
 from ..worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
 from .correctness import launcher_spec
@@ -86,7 +87,8 @@ def timing_seed(spec: LabSpec, secret: str) -> int:
 def opening(spec: LabSpec, libraries: dict[str, str], seed: int, copy: bool) -> Task:
     """The task that opens a timing session of ``spec`` over ``libraries`` (name -> path)."""
     assert spec.benchmark is not None
-    return timing_open(libraries, launcher_spec(spec), dict(spec.benchmark.params), str(spec.files.problem), seed, copy)
+    problem = str(problem_to_import(spec.files.problem))  # the trusted worker imports it
+    return timing_open(libraries, launcher_spec(spec), dict(spec.benchmark.params), problem, seed, copy)
 
 
 def in_session(spec: LabSpec, task: Task) -> Task:

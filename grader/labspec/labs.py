@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..errors import GraderError
-from .paths import PROJECT_ROOT, labs_dir, locate_labs
+from .paths import PROJECT_ROOT, labs_dir, locate_labs, problem_to_import
 from .spec import LabSpec
 from .specload import load_lab
 
@@ -43,6 +43,9 @@ def load_problem(spec: LabSpec) -> ModuleType:
 
 
 def load_problem_file(path: Path) -> ModuleType:
+    """The problem module at ``path``, imported in this process: never one of a repository's own
+    bundle that the user has not claimed (``paths.problem_to_import``)."""
+    problem_to_import(path)
     name = f"grader_lab_problem_{abs(hash(str(path)))}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:

@@ -8,10 +8,16 @@ checkout comes before a repository's bundle, so a TA's grader never grades with 
 student could edit.
 
 The first three are the course's labs. A repository's own bundle is a student's mode: its lab
-files are the student's (their ``problem.py`` runs in the grader), so a grading with it is
-feedback, said on every score line and in every report's identity (``origin``), and a class run
-refuses it (``course_labs``). A process the grader starts to grade (a class's lane) does not look
-again: it is handed the location its parent found (``pin``).
+files are the student's, so a grading with it is feedback, said on every score line and in every
+report's identity (``origin``), and a class run refuses it (``course_labs``). Its ``problem.py``
+(each lab's generator and oracle) is Python, imported unsandboxed by the grader (the cases'
+inputs and answers) and by the trusted worker (which refills the student's buffers with fresh
+inputs, on the GPU, between timed calls: too close to the timing to ask a sandboxed process). So
+it runs only where the user says the bundle is theirs (``--own-labs``, ``own_labs``), as a
+student grading their own repository does; a TA who forgot ``--labs`` gets an input error before
+anything runs (``refuse_unclaimed``), and every import is refused as well (``problem_to_import``).
+A process the grader starts to grade (a class's lane) does not look again: it is handed the
+location its parent found (``pin``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ COURSE_ORIGINS: tuple[Origin, ...] = (OPTION, ENV, CHECKOUT)
 _chosen: Path | None = None  # --labs
 _repo: Path | None = None  # the repository being graded: its bundle is looked for first
 _pinned: LabsLocation | None = None  # handed down by the process that started this one
+_own = False  # --own-labs: the user says the repository's bundle is theirs
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,46 @@ def look_in_repo(repo: Path | None) -> None:
     """Look for a bundle in this folder (the repository graded) and its parents before the current folder's."""
     global _repo
     _repo = repo
+
+
+def own_labs(own: bool) -> None:
+    """``--own-labs``: the user says the repository's bundle of labs is their own, so its Python
+    (each lab's ``problem.py``) may run as them."""
+    global _own
+    _own = own
+
+
+def unclaimed_bundle() -> Path | None:
+    """The labs folder found, where it is a repository's own bundle and the user has not said it is
+    theirs (``--own-labs``); None otherwise."""
+    if _own:
+        return None
+    found = locate_labs()
+    return found.path if found.from_repository else None
+
+
+def refuse_unclaimed(command: str) -> None:
+    """Before ``command`` grades anything: an input error where the labs found are a repository's own
+    bundle that the user has not claimed (its ``problem.py`` would run as them)."""
+    bundle = unclaimed_bundle()
+    if bundle is not None:
+        raise GraderError(unclaimed_message(command, bundle))
+
+
+def problem_to_import(path: Path) -> Path:
+    """``path``, a lab's ``problem.py``, once a process of the grader's own (itself, the trusted
+    worker) may import it: an input error where it lies in a repository's bundle not claimed."""
+    bundle = unclaimed_bundle()
+    if bundle is not None and path.resolve().is_relative_to(bundle.resolve()):
+        raise GraderError(unclaimed_message("the grader", bundle), path=path)
+    return path
+
+
+def unclaimed_message(what: str, bundle: Path) -> str:
+    return (f"{what} will not run the Python of {shown(bundle)}, a repository's own bundle of labs (files a student "
+            "can edit): each lab's problem.py there would run as you, outside the sandbox. Pass --labs DIR to grade "
+            "with the course's labs (its labs folder, or a course bundle's labs/ from `cuda-grader release --course`), "
+            "or --own-labs if this repository is yours (its problem.py then runs as you; the grade is feedback only)")
 
 
 def has_labs(folder: Path) -> bool:
