@@ -132,8 +132,12 @@ def cmd_grade_repo(args: argparse.Namespace) -> int:
         _say_bundle(args)
     options = _options(args)
     specs = repo_labs(args.repo, args.labs)
+    with gitinfo.StudentRepository(args.repo) as git:
+        if git.problem:
+            _say(f"note: the report records no commit: {git.problem}")
+        commit = git.resolve()
     who = identify(specs, file_hashes(args.repo, [submission_rel(s.id) for s in specs]), options,
-                   repository=args.repo, commit=gitinfo.resolve(args.repo))
+                   repository=args.repo, commit=commit)
     reports = grade_repo(args.repo, options, _progress(args), labs=args.labs)
     return _finish(reports, args, completed(who, reports, options))
 
