@@ -90,8 +90,9 @@ class OwnRepository:
 
     def set_refs(self, refs: Refs) -> None:
         """Make HEAD and the refs those of ``refs`` (an unborn HEAD names no object at all)."""
-        lines = sorted(f"{oid} {name}\n".encode(errors="surrogateescape") for name, oid in refs.refs.items())
-        _write(self.git_dir / "packed-refs", b"# pack-refs with: sorted \n" + b"".join(lines))
+        named = sorted((name.encode(errors="surrogateescape"), oid) for name, oid in refs.refs.items())  # git's order
+        lines = b"".join(oid.encode() + b" " + name + b"\n" for name, oid in named)
+        _write(self.git_dir / "packed-refs", b"# pack-refs with: sorted \n" + lines)
         _write(self.git_dir / "HEAD", f"{refs.head or '0' * self.digits}\n".encode())
 
     def run(self, *args: str, limit: int = 1 << 20) -> bytes | None:
