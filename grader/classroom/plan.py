@@ -66,7 +66,7 @@ def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | No
             if commit is None:
                 why = "no such commit" if git.is_repository else "not a git repository"
                 return None, None, f"cannot grade commit {student.commit!r} of {where}: {why}"
-            root = checkout.export(path, commit, rels, scratch / student.id)  # through ``git``, open for ``path``
+            root = checkout.export(path, commit, rels, scratch / student.id)  # read through ``git``, still open
     if not (root / "labs").is_dir() and not (root / "labs").is_symlink():
         # the student's reports show this: their repository, not the TA's folder it was cloned to
         what = f"commit {commit[:12]} of the repository" if student.commit and commit else "the repository"

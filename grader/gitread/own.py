@@ -9,11 +9,11 @@ object directory. Git then runs with ``GIT_DIR`` set to this repository: it neve
 never reads, the student's config, hooks or refs.
 
 Each call also turns off what could still reach out or read more than the objects:
-``GIT_NO_LAZY_FETCH=1`` and ``protocol.allow=never`` (no fetch of a missing object, whatever a
-config says; git 2.39.4 and later honour the variable), no system or user config, no replace refs,
-no hooks or fsmonitor, and the student's commit-graph and multi-pack-index left unread (they
-describe the objects: the objects themselves are the history). Its output is capped, and it is
-killed at the time limit.
+``GIT_NO_LAZY_FETCH=1`` and ``protocol.allow=never`` (no fetch of a missing object whatever a
+config says: on git 2.39 each alone stops a partial clone's lazy fetch), no system or user config,
+no replace refs, no hooks or fsmonitor, and the student's commit-graph and multi-pack-index left
+unread (summaries of the objects, which a student can write to say anything: the objects are the
+history). Its output is capped, and it is killed at the time limit.
 """
 
 from __future__ import annotations
