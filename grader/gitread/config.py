@@ -22,6 +22,7 @@ from pathlib import Path
 from ..errors import GraderError
 from ..host.safeio import read_file
 from ..textutil import one_line
+from .refs import HEX_DIGITS
 
 #: The most a repository's config may hold (a lab repository's is a few hundred bytes).
 CONFIG_LIMIT_BYTES = 1 << 20
@@ -243,4 +244,7 @@ def read(dot_git: Path) -> tuple[Settings | None, str]:
     key = refused_key(found)
     if key:
         return None, f"{path} sets {one_line(key)}: {WHY}"
-    return settings(found), ""
+    chosen = settings(found)
+    if chosen.object_format not in HEX_DIGITS:
+        return None, f"{path} sets extensions.objectformat = {one_line(chosen.object_format)}: not a hash git knows"
+    return chosen, ""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..host.procgroup import kill_group, pump
 from ..textutil import CappedOutput
-from .refs import Refs
+from .refs import HEX_DIGITS, Refs
 
 #: ``-c`` settings of every call.
 SETTINGS = ("protocol.allow=never", "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.commitGraph=false",
@@ -72,19 +72,20 @@ def _write(path: Path, text: bytes) -> None:
 class OwnRepository:
     """The grader's bare repository whose only objects are ``objects`` (a student's object folder).
 
-    Made in a private temporary folder; :meth:`close` (or leaving a ``with``) removes it."""
+    Made in a private temporary folder; :meth:`close` removes it."""
 
     def __init__(self, objects: Path, object_format: str, timeout_s: float):
+        self.digits = HEX_DIGITS[object_format]  # a name git knows, never text of the student's config
         self.exe = shutil.which("git")
         self.timeout_s = timeout_s
         self.folder = Path(tempfile.mkdtemp(prefix="grader-git-"))  # mode 0700: the grader's alone
         self.git_dir = self.folder / "repository.git"
-        self.digits = 64 if object_format == "sha256" else 40
         for sub in ("objects/info", "refs"):
             (self.git_dir / sub).mkdir(parents=True)
-        extension = f"[extensions]\n\tobjectformat = {object_format}\n" if object_format != "sha1" else ""
-        version = 1 if extension else 0
-        (self.git_dir / "config").write_text(f"[core]\n\trepositoryformatversion = {version}\n\tbare = true\n{extension}")
+        config = "[core]\n\trepositoryformatversion = 0\n\tbare = true\n"
+        if object_format == "sha256":
+            config = "[core]\n\trepositoryformatversion = 1\n\tbare = true\n[extensions]\n\tobjectformat = sha256\n"
+        (self.git_dir / "config").write_text(config)
         (self.git_dir / "objects" / "info" / "alternates").write_bytes(_c_quoted(os.fsencode(os.path.abspath(objects))) + b"\n")
         self.set_refs(Refs(True, ""))
 
@@ -119,9 +120,3 @@ class OwnRepository:
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __enter__(self) -> OwnRepository:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
