@@ -136,6 +136,9 @@ def cmd_grade_repo(args: argparse.Namespace) -> int:
         _say_bundle(args)
     options = _options(args)
     specs = repo_labs(args.repo, args.labs)
+    problem = gitinfo.repository_problem(args.repo)
+    if problem:  # the work tree is still graded: git is not run on its history
+        _say(f"note: the report records no commit: {problem}")
     who = identify(specs, file_hashes(args.repo, [submission_rel(s.id) for s in specs]), options,
                    repository=args.repo, commit=gitinfo.resolve(args.repo))
     reports = grade_repo(args.repo, options, _progress(args), labs=args.labs)

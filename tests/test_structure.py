@@ -100,6 +100,7 @@ LAYERS = (
     ("grader", "grader.errors", "grader.outcome", "grader.textutil", "grader.cachedirs", "grader.worker"),
     ("grader.labspec",),
     ("grader.host",),
+    ("grader.gitread",),
     ("grader.isolation",),
     ("grader.checks", "grader.counters"),
     ("grader.engine",),

@@ -56,17 +56,17 @@ def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | No
         return None, None, f"repository not found: {where}"
     if not path.is_dir():
         return None, None, f"not a folder: {where}"
-    problem = gitinfo.repository_problem(path)
-    if problem:
-        return None, None, problem
-    if student.commit is None:
-        root, commit = path, gitinfo.resolve(path)
-    else:
-        commit = gitinfo.resolve(path, student.commit)
-        if commit is None:
-            why = "no such commit" if gitinfo.is_repository(path) else "not a git repository"
-            return None, None, f"cannot grade commit {student.commit!r} of {where}: {why}"
-        root = checkout.export(path, commit, rels, scratch / student.id)
+    with gitinfo.StudentRepository(path) as git:
+        if git.problem:
+            return None, None, git.problem
+        if student.commit is None:
+            root, commit = path, git.resolve()
+        else:
+            commit = git.resolve(student.commit)
+            if commit is None:
+                why = "no such commit" if git.is_repository else "not a git repository"
+                return None, None, f"cannot grade commit {student.commit!r} of {where}: {why}"
+            root = checkout.export(path, commit, rels, scratch / student.id)  # read through ``git``, still open
     if not (root / "labs").is_dir() and not (root / "labs").is_symlink():
         # the student's reports show this: their repository, not the TA's folder it was cloned to
         what = f"commit {commit[:12]} of the repository" if student.commit and commit else "the repository"
