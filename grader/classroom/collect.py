@@ -33,6 +33,8 @@ from typing import Callable
 from ..engine.identity import utc_stamp
 from ..errors import GraderError
 from ..gradebook.late import DAY, LatePolicy
+from ..host.hostdirs import output_dir
+from ..host.safeio import write_whole
 from ..textutil import sheet_cell
 from .roster import RosterError, id_problem, read_text
 
@@ -216,9 +218,7 @@ def load_state(folder: Path) -> dict[str, Record]:
 
 def _save(folder: Path, state: dict[str, Record]) -> None:
     doc = {"version": STATE_VERSION, "students": {sid: rec.__dict__ for sid, rec in sorted(state.items())}}
-    tmp = folder / f".{STATE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / STATE)
+    write_whole(folder / STATE, json.dumps(doc, indent=2) + "\n")
 
 
 def _collect_one(entry: Entry, before: Record, clone: Path, now: datetime.datetime) -> tuple[str, Record]:
@@ -300,7 +300,7 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
             progress: Callable[[str], None] = lambda _: None) -> list[Row]:
     """One run over the class: fetch what is due, save the record, write ``roster.csv``."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    folder.mkdir(parents=True, exist_ok=True)
+    output_dir(folder, "the collect folder")
     state = load_state(folder)
     for e in entries:
         state.setdefault(e.student, Record(redact(e.source), utc_stamp(e.deadline)))
@@ -313,7 +313,5 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
             _save(folder, state)  # a run stopped part-way keeps what it collected, with the time it did
             progress(f"[{k}/{len(entries)}] {e.student}: {notes[e.student]}")
     rows = [row_for(e, state[e.student], policy, notes[e.student]) for e in entries]
-    tmp = folder / f".{ROSTER}.{os.getpid()}.tmp"
-    tmp.write_text(roster_csv(rows), encoding="utf-8")
-    os.replace(tmp, folder / ROSTER)
+    write_whole(folder / ROSTER, roster_csv(rows))
     return rows
