@@ -1,8 +1,8 @@
 """A course's late policy, in one small YAML file, and what it takes off a late student's score.
 
-    late_days: 3           # how many days after a student's deadline late work is still collected
-    penalty_per_day: 10    # percent of the score taken for each day (or part of one) late
-    grace_minutes: 15      # a collection this soon after a deadline counts as on time (a job's delay)
+    late_days: 3           # how many days after a student's deadline late work is still collected (0-366)
+    penalty_per_day: 10    # percent of the score taken for each day (or part of one) late (0-100)
+    grace_minutes: 15      # a collection this soon after a deadline counts as on time (a job's delay; 0-1440)
 
 Lateness is measured from when ``cuda-grader collect`` first found the graded commit, never from
 what the commit says about its own date: a student can set that to anything.
