@@ -41,9 +41,9 @@ from .gradebook.grades import read_manifest
 from .gradebook.late import LatePolicy, load_policy
 from .gradebook.merge import merge as merge_shards
 from .gradebook.records import StudentRecord, sandbox_note
-from .host.hostdirs import private_dir
+from .host.hostdirs import output_dir, private_dir
 from .host.hostlock import lock_place
-from .host.safeio import regular_file
+from .host.safeio import regular_file, write_whole
 from .isolation import gitinfo
 from .isolation.options import GradeOptions, Progress
 from .labspec import labdoc
@@ -60,6 +60,7 @@ EXIT_OK, EXIT_BELOW, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 def _options(args: argparse.Namespace) -> GradeOptions:
     # host state another user could have prepared is refused here, before any grading starts
     private_dir(args.cache_dir or default_cache_dir(), "the grader's cache folder")
+    _output_folders(args)
     if not args.no_gpu:
         lock_place("")
     return GradeOptions(
@@ -75,6 +76,16 @@ def _options(args: argparse.Namespace) -> GradeOptions:
         sandbox=not args.no_sandbox,
         submission_limit_s=args.time_limit,
     )
+
+
+def _output_folders(args: argparse.Namespace) -> None:
+    """Every folder the command writes into, made private where missing or refused (another user's,
+    or one they could write) before any grading starts."""
+    if getattr(args, "out", None) is not None:
+        output_dir(args.out, "the --out folder")
+    report_files.check_folders(getattr(args, "junit", None), getattr(args, "json", None), getattr(args, "markdown", None))
+    if args.keep_work is not None:
+        output_dir(args.keep_work, "the --keep-work folder")
 
 
 def _say(message: str) -> None:
@@ -265,7 +276,7 @@ def cmd_readme(args: argparse.Namespace) -> int:
         if args.check:
             stale.append(path)
         else:
-            path.write_text(page, encoding="utf-8")
+            write_whole(path, page)
             print(f"wrote {shown(path)}")
     for path in stale:
         print(f"{shown(path)} is out of date: run `cuda-grader readme`", file=sys.stderr)
@@ -283,7 +294,11 @@ def _write_reports(reports: list[LabReport], args: argparse.Namespace, identity:
     )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
+        try:  # the runner's file: appended to, never through a link
+            fd = os.open(summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+        except OSError as exc:
+            raise GraderError(f"GITHUB_STEP_SUMMARY: cannot append the summary ({exc.strerror})", path=summary) from None
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(md)
 
 

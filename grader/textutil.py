@@ -126,11 +126,22 @@ def html_line(text: object) -> str:
     return html.escape(clean_line(str(text)), quote=True)
 
 
+#: A cell a spreadsheet reads as a number, sign and all (``-5``, ``+1.5``, ``2e3``): no formula.
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+#: What a spreadsheet takes for the start of a formula (OWASP's list for CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def formula_safe(text: str) -> str:
+    """``text`` as a CSV cell that a spreadsheet never runs as a formula: an apostrophe before one
+    that starts like a formula, unless it is a plain number (``-5``), which a spreadsheet reads as
+    that number. Nothing else changes: an identity that an import matches keeps every character."""
+    return "'" + text if text[:1] in FORMULA_STARTS and not _NUMBER.fullmatch(text) else text
+
+
 def sheet_cell(text: str) -> str:
-    """A CSV cell a spreadsheet shows as text: one clean line, and no formula (``=``, ``+``, ``-``,
-    ``@`` at the start are escaped with an apostrophe)."""
-    text = clean_line(text)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    """A CSV cell a spreadsheet shows as text: one clean line, and no formula (:func:`formula_safe`)."""
+    return formula_safe(clean_line(text))
 
 
 #: The content security policy of the grader's HTML pages: they load nothing from anywhere.

@@ -96,8 +96,11 @@ def test_every_module_the_architecture_map_names_exists():
 
 #: The layers, lowest first: a module imports from its own layer and those below it, never above.
 #: Shared basics and the worker (which runs alone in the sandbox) are at the bottom; the command line on top.
+#: Safe file access (``grader.host.safeio``, which needs only ``grader.errors``) is a shared basic: the lab
+#: loader reads lab.yaml through its capped reader.
 LAYERS = (
-    ("grader", "grader.errors", "grader.outcome", "grader.textutil", "grader.cachedirs", "grader.worker"),
+    ("grader", "grader.errors", "grader.outcome", "grader.textutil", "grader.cachedirs", "grader.worker",
+     "grader.host.safeio"),
     ("grader.labspec",),
     ("grader.host",),
     ("grader.gitread",),

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..host.safeio import load_npy
+from ..host.safeio import load_npy, replacing
 from ..isolation.compilerlog import demangle
 from ..isolation.launch import RunDirs
 from ..isolation.options import secret_seed
@@ -46,7 +46,8 @@ def write_inputs(spec: LabSpec, problem: ModuleType, params: Mapping[str, Any], 
     for arg in spec.launcher.args:
         if arg.role == "input":
             path = folder / f"{arg.name}.npy"
-            np.save(path, inputs[arg.name])
+            with replacing(path) as fh:  # never through a link (the folder may be under --keep-work)
+                np.save(fh, inputs[arg.name])
             paths[arg.name] = str(path)
     return inputs, paths
 

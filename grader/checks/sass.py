@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..host import toolchain
+from ..host.safeio import write_whole
 from ..isolation.compilerlog import demangle
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, KernelResources, Outcome, Stage
@@ -133,9 +133,7 @@ def inspect(library: Path) -> CodeFacts:
     constant, resources = parse_resource_usage(_cuobjdump(["--dump-resource-usage"], library))
     facts = CodeFacts(funcs, constant, resources)
     try:
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(facts)))
-        os.replace(tmp, cached)
+        write_whole(cached, json.dumps(dataclasses.asdict(facts)))
     except OSError:
         pass  # a read-only cache still works, only slower
     return facts

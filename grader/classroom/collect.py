@@ -31,7 +31,6 @@ import csv
 import datetime
 import io
 import json
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,7 +42,8 @@ from ..errors import INTERNAL_ERROR, GraderError, internal_error_message
 from ..gradebook.late import DAY, LatePolicy
 from ..host import gitfetch
 from ..host.gitfetch import fetch, redact
-from ..host.safeio import SOURCE_LIMIT_BYTES
+from ..host.hostdirs import output_dir
+from ..host.safeio import SOURCE_LIMIT_BYTES, write_whole
 from ..textutil import sheet_cell
 from .roster import REPOSITORY_WORDS, STUDENT_WORDS, Layout, RosterError, read_text, records
 
@@ -149,9 +149,7 @@ def load_state(folder: Path) -> dict[str, Record]:
 
 def _save(folder: Path, state: dict[str, Record]) -> None:
     doc = {"version": STATE_VERSION, "students": {sid: rec.__dict__ for sid, rec in sorted(state.items())}}
-    tmp = folder / f".{STATE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / STATE)
+    write_whole(folder / STATE, json.dumps(doc, indent=2) + "\n")
 
 
 def _copy(record: Record) -> Record:
@@ -307,7 +305,7 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
     student's repository be a folder of this machine or a ``file://`` URL (flagged)."""
     clock = clock or (_fixed(now) if now is not None else _now)
     start = now or clock()
-    folder.mkdir(parents=True, exist_ok=True)
+    output_dir(folder, "the collect folder")
     state = load_state(folder)
     for e in entries:
         state.setdefault(e.student, Record(redact(e.source), utc_stamp(e.deadline)))
@@ -321,7 +319,5 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
             _save(folder, state)  # a run stopped part-way keeps what it collected, with the time it did
             progress(f"[{k}/{len(entries)}] {e.student}: {notes[e.student]}")
     rows = [_row(e, state[e.student], policy, notes[e.student]) for e in entries]
-    tmp = folder / f".{ROSTER}.{os.getpid()}.tmp"
-    tmp.write_text(roster_csv(rows), encoding="utf-8")
-    os.replace(tmp, folder / ROSTER)
+    write_whole(folder / ROSTER, roster_csv(rows))
     return rows

@@ -7,12 +7,14 @@ the run began, to the class's ``lanes.log`` (``Display.keep_log``): where a slow
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..host.safeio import appending
 from ..outcome import fmt_points
 from ..textutil import clean_line, neutralize_commands, plural
 from .student import StudentResult
@@ -64,8 +66,8 @@ class Display:
 
     def keep_log(self, path: Path) -> None:
         """Append every lane's steps to ``path`` from now on (until ``close``)."""
-        self._log, self._log_started = path.open("a", encoding="utf-8"), time.monotonic()
-        self._logged = path.stat().st_size
+        self._log, self._log_started = appending(path), time.monotonic()
+        self._logged = os.fstat(self._log.fileno()).st_size
         self._write_log("", "", f"run started at {time.strftime('%Y-%m-%d %H:%M:%S')}")
 
     def _write_log(self, lane: str, student: str, text: str) -> None:

@@ -27,6 +27,7 @@ from ..gradebook import grades as gradebook
 from ..gradebook.grades import Manifest
 from ..gradebook.records import STUDENTS_DIR, StudentRecord
 from ..host import gpus
+from ..host.hostdirs import output_dir
 from ..isolation import sandbox as sandboxing
 from ..isolation.options import GradeOptions, default_archs, sandbox_for
 from ..labspec import paths
@@ -109,7 +110,8 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
     if not slots and options.gpu and (cls.gpus or "").strip().lower() == "none":
         options = dataclasses.replace(options, gpu=False)  # --gpus none: CPU lanes, even on a machine with a GPU
     where = ", ".join(sorted({s.name for s in slots})) or "no GPU"
-    (cls.out / STUDENTS_DIR).mkdir(parents=True, exist_ok=True)
+    output_dir(cls.out, "the --out folder")
+    output_dir(cls.out / STUDENTS_DIR, "the students' results folder")
     plan.recover(cls.out)
     scratch = Path(tempfile.mkdtemp(prefix="grade-class-"))
     display.keep_log(cls.out / LANES_LOG)

@@ -17,6 +17,7 @@ from ..engine.repo import TimingGate, failed_report, grade_repo, submission_rel
 from ..errors import GraderError, internal_error_message
 from ..gradebook import gradescope
 from ..gradebook.records import record_from
+from ..host.safeio import write_whole
 from ..isolation.options import GradeOptions, Progress, no_progress
 from ..labspec.labs import find_lab
 from ..outcome import LabReport, Outcome
@@ -61,7 +62,7 @@ def grade_student(job: StudentJob, options: GradeOptions, progress: Progress = n
     partial = plan.partial_folder(job.folder)
     report_files.write_folder(reports, identity, partial, pictures=False)  # report.html draws them inline
     doc = gradescope.results(reports, identity, visibility, time.monotonic() - started)
-    (partial / RESULTS).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_whole(partial / RESULTS, json.dumps(doc, indent=2) + "\n")
     if stopping.requested():
         shutil.rmtree(partial, ignore_errors=True)
         raise stopping.Stopped(f"{job.student.id}: stopped before their results were published")

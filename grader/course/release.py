@@ -29,7 +29,7 @@ from .. import __version__
 from ..errors import GraderError
 from ..labspec.paths import BUNDLE_DIR, BUNDLE_LABS, has_labs
 from ..labspec.spec import CounterCheck, LabSpec, SpeedCheck
-from ..labspec.specload import load_lab
+from ..labspec.specload import load_lab, read_yaml
 from . import readme
 
 MANIFEST = "bundle.yaml"
@@ -118,7 +118,7 @@ def _bundle_lab(spec: LabSpec, dest: Path, course: bool) -> list[Path]:
     if len(set(names)) != len(names):
         raise GraderError(f"the lab's files need distinct names in a bundle, got {', '.join(names)}", path=spec.source,
                           key="files")
-    data = yaml.safe_load(spec.source.read_text(encoding="utf-8"))
+    data = read_yaml(spec.source)
     data["files"] = files
     written = [_write(dest / "lab.yaml", HEADER_NOTE.format(lab=spec.id) + _dump(data))]
     for rel, src in copies:
@@ -197,11 +197,8 @@ UNPINNED = ("a name or version on a public index can be published by anyone: pin
 def grader_pin(workflow: Path) -> str:
     """The grader the workflow installs: its top-level ``env.GRADER_PACKAGE`` ("" where the course
     has not pinned one: its runner grades, and the workflow installs nothing)."""
-    try:
-        data = yaml.safe_load(workflow.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise GraderError(f"malformed YAML: {exc}", path=workflow) from None
-    env = data.get("env") if isinstance(data, dict) else None
+    data = read_yaml(workflow)
+    env = data.get("env")
     pin = env.get(PIN_KEY) if isinstance(env, dict) else None
     if not isinstance(pin, str):
         raise GraderError(f"expected the grader's pin (a pip requirement, or \"\"), got {pin!r}", path=workflow, key=f"env.{PIN_KEY}")

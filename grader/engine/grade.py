@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from ..host import toolchain
 from ..host.gpu import GpuProbe, key_of
 from ..isolation.build import lab_build
 from ..isolation.launch import Isolation
-from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of
+from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of, work_folder
 from ..isolation.runner import WorkerSession
 from ..isolation.submission import Submission, source_lines
 from ..isolation.trusted import baselines_worker
@@ -139,9 +138,7 @@ class LabGrading:
             return self
 
         cache_dir = options.cache_dir or default_cache_dir()
-        if options.keep_work is not None:
-            options.keep_work.mkdir(parents=True, exist_ok=True)
-        self._work = Path(tempfile.mkdtemp(prefix="grade-", dir=options.keep_work))
+        self._work = work_folder(options, "grade-")
         isolation = Isolation(self.sandbox, read_only=(build.library, spec.files.problem),
                               cupy_cache=kernel_cache(options))
         sub = self.sub = Submission(spec, self.name, build.library, build.kernels, archs, load_problem(spec), isolation,

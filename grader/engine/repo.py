@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,7 +25,7 @@ from ..host.procgroup import TEARDOWNS
 from ..host.safeio import UnsafeFile, submission_file
 from ..isolation.build import lab_build
 from ..isolation.launch import Isolation
-from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, usable_cpus
+from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, usable_cpus, work_folder
 from ..isolation.sandbox import Sandbox
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
@@ -204,9 +203,7 @@ def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession 
     metrics = tuple(dict.fromkeys(m for spec in profiled for ms in launched.profiles_for(spec, options.timing).metrics.values() for m in ms))
     isolation = Isolation(sandbox_for(options), read_only=tuple(spec.files.problem for spec in profiled),
                           cupy_cache=kernel_cache(options))
-    if options.keep_work is not None:
-        options.keep_work.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="grade-profiler-", dir=options.keep_work))
+    root = work_folder(options, "grade-profiler-")
     return EarlySession(root, metrics, isolation, gpu, options.submission_limit_s)
 
 

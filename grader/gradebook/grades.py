@@ -22,12 +22,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import GraderError
+from ..host.safeio import write_whole
 from ..outcome import fmt_points
 from ..textutil import sheet_cell
 from . import dashboard, records, summary
@@ -109,18 +109,12 @@ def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
     return buf.getvalue()
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write(out: Path, manifest: Manifest) -> list[StudentRecord]:
     """class.json, grades.csv, summary.md and its pictures for the students of ``manifest``."""
     rows = [records.load(student_folder(out, sid), sid) for sid in manifest.students]
-    _write(out / MANIFEST, json.dumps(manifest.as_dict(), indent=2) + "\n")
-    _write(out / GRADES, grades_csv(manifest, rows))
+    write_whole(out / MANIFEST, json.dumps(manifest.as_dict(), indent=2) + "\n")
+    write_whole(out / GRADES, grades_csv(manifest, rows))
     skipped = {r.student: not_run(manifest, r) for r in rows}
-    _write(out / SUMMARY, summary.write(out, manifest.labs, rows, skipped))
-    _write(out / dashboard.NAME, dashboard.render(manifest, rows, skipped))
+    write_whole(out / SUMMARY, summary.write(out, manifest.labs, rows, skipped))
+    write_whole(out / dashboard.NAME, dashboard.render(manifest, rows, skipped))
     return rows

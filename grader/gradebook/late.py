@@ -1,8 +1,8 @@
 """A course's late policy, in one small YAML file, and what it takes off a late student's score.
 
-    late_days: 3           # how many days after a student's deadline late work is still collected
-    penalty_per_day: 10    # percent of the score taken for each day (or part of one) late
-    grace_minutes: 15      # a collection this soon after a deadline counts as on time (a job's delay)
+    late_days: 3           # how many days after a student's deadline late work is still collected (0-366)
+    penalty_per_day: 10    # percent of the score taken for each day (or part of one) late (0-100)
+    grace_minutes: 15      # a collection this soon after a deadline counts as on time (a job's delay; 0-1440)
 
 Lateness is measured from when ``cuda-grader collect`` first found the graded commit, never from
 what the commit says about its own date: a student can set that to anything.
@@ -48,6 +48,12 @@ class LatePolicy:
         return min(1.0, days * self.penalty_per_day / 100)
 
 
+#: The largest value of each key, and what it counts: a greater one means nothing to a course, and
+#: pushes a deadline past what a date can hold (after the year 9999).
+BOUNDS = {"late_days": (366, "at most 366 days"), "penalty_per_day": (100, "a percentage of 100 or less"),
+          "grace_minutes": (24 * 60, "at most 1440 minutes (a day)")}
+
+
 def load_policy(path: Path) -> LatePolicy:
     """The policy in ``path``; every error names the file, the key and the value."""
     data = read_yaml(path)
@@ -56,11 +62,13 @@ def load_policy(path: Path) -> LatePolicy:
     for key, value in data.items():
         if key not in fields:
             raise SpecError(unknown_key(str(key), list(fields)), path=path, key=str(key))
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise SpecError(f"expected a number of 0 or more, got {value!r}", path=path, key=key)
+        most, expected = BOUNDS[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:  # NaN too
+            shown = repr(value) if isinstance(value, (int, float, str)) else f"a {type(value).__name__}"
+            raise SpecError(f"expected a number of 0 or more, got {shown[:60]}", path=path, key=key)
+        if value > most:
+            raise SpecError(f"expected {expected}, got {value!r}", path=path, key=key)
         if key == "late_days" and value != int(value):
             raise SpecError(f"expected a whole number of days, got {value!r}", path=path, key=key)
-        if key == "penalty_per_day" and value > 100:
-            raise SpecError(f"expected a percentage of 100 or less, got {value!r}", path=path, key=key)
         values[key] = int(value) if key == "late_days" else float(value)
     return LatePolicy(**values)  # type: ignore[arg-type]

@@ -13,6 +13,13 @@ named by its title. Moodle stops the whole import at one unknown user, so a stud
 identifier stops the file from being written at all.
 
 Scores are each lab's points less the student's late penalty (from a collected roster).
+
+The identity cells come from a file a student can reach: a Canvas name is the student's to set. A
+TA opens the import file in a spreadsheet before uploading it, where ``=HYPERLINK(...)`` or
+``+cmd|...`` would run, so a cell that starts like a formula is escaped with an apostrophe
+(``textutil.formula_safe``), as ``grades.csv`` does; a plain number (``-5``) stays as it is. Canvas
+matches a row by its ``ID`` (digits, never escaped), so an escaped name or SIS cell still imports;
+Moodle matches by the identifier alone, so one that would need escaping stops the file instead.
 """
 
 from __future__ import annotations
@@ -24,8 +31,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import GraderError
+from ..host.safeio import read_file, write_whole
 from ..outcome import fmt_points
-from ..textutil import plural
+from ..textutil import formula_safe, plural
 from .records import StudentRecord
 
 FORMATS = ("canvas", "moodle")
@@ -34,6 +42,8 @@ CANVAS_KEYS = ("SIS Login ID", "SIS User ID", "ID")
 POINTS_POSSIBLE = "    Points Possible"
 MOODLE_KEYS = ("idnumber", "email", "username")
 FILES = {"canvas": "canvas.csv", "moodle": "moodle.csv"}
+#: The most a mapping file (a Canvas export, a Moodle map) may hold.
+MAP_LIMIT_BYTES = 64 << 20
 
 
 def default_key(fmt: str) -> str:
@@ -48,9 +58,7 @@ def check_key(fmt: str, key: str) -> None:
 
 def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except OSError as exc:
-        raise GraderError(f"cannot read it ({exc.strerror or exc})", path=path) from None
+        text = read_file(path, MAP_LIMIT_BYTES, "a mapping file").decode("utf-8-sig")
     except UnicodeDecodeError:
         raise GraderError("not UTF-8 text (save it as CSV UTF-8)", path=path) from None
     reader = csv.DictReader(io.StringIO(text))
@@ -101,7 +109,7 @@ def canvas_csv(labs: Sequence[Mapping[str, Any]], records: Sequence[StudentRecor
     writer.writerow([POINTS_POSSIBLE, "", "", "", "", *(fmt_points(float(lab["max_points"])) for lab in labs)])
     for r in records:
         person = people[r.student]
-        writer.writerow([*(person[c] for c in CANVAS_IDENTITY), *(_score(r, str(lab["id"])) for lab in labs)])
+        writer.writerow([*(formula_safe(person[c]) for c in CANVAS_IDENTITY), *(_score(r, str(lab["id"])) for lab in labs)])
     return buf.getvalue(), notes
 
 
@@ -113,6 +121,12 @@ def moodle_csv(labs: Sequence[Mapping[str, Any]], records: Sequence[StudentRecor
     ids = {row["student"]: row[key] for row in rows if row.get("student") and row.get(key)}
     _unmatched(records, ids, mapping, key)
     chosen = [ids[r.student] for r in records]
+    formulas = [(r.student, i) for r, i in zip(records, chosen) if formula_safe(i) != i]
+    if formulas:
+        sid, ident = formulas[0]
+        raise GraderError(f"the {key} of {sid!r}, {ident!r}, starts like a spreadsheet formula: escaped it would not match "
+                          f"in Moodle, as it is a spreadsheet would run it; the import file was not written (fix it)",
+                          path=mapping)
     twice = sorted({i for i in chosen if chosen.count(i) > 1})
     if twice:
         raise GraderError(f"two students share the {key} {twice[0]!r}; the import file was not written", path=mapping)
@@ -129,5 +143,5 @@ def export(fmt: str, out: Path, labs: Sequence[Mapping[str, Any]], records: Sequ
     """Write ``FILES[fmt]`` into ``out``; the path and notes for the TA."""
     text, notes = (canvas_csv if fmt == "canvas" else moodle_csv)(labs, records, mapping, key)
     path = out / FILES[fmt]
-    path.write_text(text, encoding="utf-8")
+    write_whole(path, text)
     return path, notes

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import GraderError
+from ..host.hostdirs import output_dir
 from . import grades as gradebook
 from .grades import Manifest
 from .records import STUDENTS_DIR, StudentRecord, student_folder
@@ -48,6 +49,7 @@ def merge(folders: list[Path], out: Path) -> list[StudentRecord]:
     for folder in folders:
         if folder.resolve() == out.resolve():
             raise GraderError("--out must be a new folder, not one of the shards", path=out)
+    output_dir(out, "the --out folder")
     shards = [(folder, gradebook.read_manifest(folder)) for folder in folders]
     _check(shards)
     owner: dict[str, Path] = {}
@@ -60,7 +62,7 @@ def merge(folders: list[Path], out: Path) -> list[StudentRecord]:
     absent = [sid for sid in first.roster if sid not in owner]
     if absent:
         raise GraderError(f"no shard holds the results of {', '.join(absent[:5])}" + (" ..." if len(absent) > 5 else ""))
-    (out / STUDENTS_DIR).mkdir(parents=True, exist_ok=True)
+    output_dir(out / STUDENTS_DIR, "the students' results folder")
     for sid in first.roster:
         target = student_folder(out, sid)
         shutil.rmtree(target, ignore_errors=True)

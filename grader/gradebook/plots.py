@@ -8,12 +8,13 @@ give the same files.
 from __future__ import annotations
 
 import importlib.util
-import os
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..host.hostdirs import output_dir
+from ..host.safeio import replacing
 from .records import StudentRecord
 
 FOLDER = "plots"
@@ -38,8 +39,7 @@ def write(out: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRe
         return Pictures((), MISSING_NOTE)
     if not rows or not labs:
         return Pictures((), "(No pictures: no student has results yet.)")
-    folder = out / FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = output_dir(out / FOLDER, "the pictures' folder")
     _scores(folder / SCORES, labs, rows, not_final)
     _checks(folder / CHECKS, labs, rows, not_final)
     return Pictures((("Score distribution per lab", f"{FOLDER}/{SCORES}"), ("Pass rate per check", f"{FOLDER}/{CHECKS}")))
@@ -59,10 +59,9 @@ def _save(fig: Any, path: Path) -> None:
     from matplotlib import pyplot as plt
 
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fig.savefig(tmp, format="png", dpi=90, metadata={"Software": None})
+    with replacing(path) as fh:
+        fig.savefig(fh, format="png", dpi=90, metadata={"Software": None})
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def _titled(fig: Any, not_final: str) -> None:

@@ -1,20 +1,28 @@
-"""Reading files that a student controls, without following their links or reading without end.
+"""Reading files that a student controls, without following their links or reading without end;
+writing the grader's own files without following a link either.
 
 A student controls every file in their repository and every file their code can write (the
 scratch folders of their runs). Such a file may be a symbolic link to a course file or a secret,
 a FIFO that never ends, a device, or a huge file. Everything the grader reads from those places
 goes through here: no link is followed at any step of the path, only regular files are read, and
 reads stop at a cap.
+
+Every file the grader writes (reports, gradebooks, kept inputs) goes through :func:`replacing`:
+a new file under a fresh name beside it, created exclusively, then renamed into place, so a link
+someone planted at the name is replaced, never written through, and a reader never sees half a
+file. The folders it writes into are checked first (``hostdirs.output_dir``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
+import secrets
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO, Iterator, TextIO
 
 from ..errors import GraderError
 
@@ -191,3 +199,47 @@ def write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+
+
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+@contextlib.contextmanager
+def replacing(path: Path, mode: int = 0o666) -> Iterator[BinaryIO]:
+    """A new file (``mode`` less the umask) that takes ``path``'s place when the block ends without
+    an error: written under a fresh random name beside it, created exclusively (never through a link
+    or into a file already there), then renamed over ``path`` (which replaces a link there)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(6)}.part")
+    fd = os.open(tmp, _NEW_FLAGS, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_whole(path: Path, data: bytes | str) -> None:
+    """``data`` (text as UTF-8) at ``path``, through :func:`replacing`."""
+    with replacing(path) as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def appending(path: Path) -> TextIO:
+    """``path`` opened to append text (made if missing), never through a link and only if it is a
+    regular file of this user's with one name; the caller closes it."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        raise UnsafeFile(f"cannot be opened to append ({exc.strerror}): a link or a FIFO in its place is not "
+                         "written through; remove it", path=path) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
+        os.close(fd)
+        raise UnsafeFile("is not a regular file of the grader's own with one name: it is not written through; "
+                         "remove it", path=path)
+    os.set_blocking(fd, True)
+    return open(fd, "a", encoding="utf-8")

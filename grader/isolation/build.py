@@ -20,7 +20,7 @@ from ..errors import GraderError
 from ..host import toolchain
 from ..host.hostdirs import check_private_dir, open_private, private_dir, read_private
 from ..host.procgroup import run_capped
-from ..host.safeio import SOURCE_LIMIT_BYTES, read_file
+from ..host.safeio import SOURCE_LIMIT_BYTES, read_file, write_whole
 from ..labspec.spec import LabSpec
 from ..outcome import KernelResources, SourceLocation
 from ..textutil import CappedOutput
@@ -189,7 +189,7 @@ def build(
             if timed_out:  # do not cache a timeout: the machine may just have been busy
                 shutil.rmtree(work, ignore_errors=True)
                 return _result_from_meta(work, meta, str(rel), cached=False, seconds=time.monotonic() - started)
-            (work / "build.json").write_text(json.dumps(meta, indent=1))
+            write_whole(work / "build.json", json.dumps(meta, indent=1))  # (the compile could write in work/)
             try:
                 os.rename(work, final)  # publish atomically
             except OSError:  # someone else published the same build first

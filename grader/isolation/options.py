@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -11,7 +12,7 @@ from typing import Callable
 from ..cachedirs import default_cache_dir
 from ..errors import GraderError
 from ..host import gpu
-from ..host.hostdirs import private_dir
+from ..host.hostdirs import output_dir, private_dir
 from . import sandbox as sandboxing
 
 
@@ -95,6 +96,15 @@ def kernel_cache(options: GradeOptions) -> Path:
     It and the cache folder must be this user's alone (CuPy loads the kernels it finds there)."""
     root = private_dir(options.cache_dir or default_cache_dir(), "the grader's cache folder")
     return private_dir(root / "cupy-kernels", "the CuPy kernel cache")
+
+
+def work_folder(options: GradeOptions, prefix: str) -> Path:
+    """A new private folder (mode 0700) for a grading's files: under ``--keep-work``, which must be
+    this user's own (another user's would see the graded inputs, or plant links where the grader
+    writes), else in the temporary folder."""
+    if options.keep_work is not None:
+        output_dir(options.keep_work, "the --keep-work folder")
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=options.keep_work))
 
 
 def sandbox_for(options: GradeOptions) -> sandboxing.Sandbox:

@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from ..host.safeio import write_whole
 from . import spec
 from .paths import labs_dir
 from .specload import records, yaml_fields
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path} is stale: run `cuda-grader readme` (or `python -m grader.labspec.labdoc`)", file=sys.stderr)
             return 1
         return 0
-    path.write_text(text, encoding="utf-8")
+    write_whole(path, text)
     print(f"wrote {path}")
     return 0
 

@@ -6,6 +6,12 @@ no absolute path, no ``..``, no symbolic link on the way, a regular file at the 
 from a student's repository cannot make the grader read ``/etc/shadow`` into a report. The keys a
 record accepts are its fields (``yaml_fields``), read in declaration order; ``records`` walks the
 same types the loader does, for the lab.yaml reference.
+
+Every YAML file the grader reads from a user (lab.yaml, expected.yaml, the late policy, a student
+repository's workflow) is read here (``read_yaml``, ``parse_yaml``): through the capped reader, and
+without anchors or aliases. An alias repeats a value without copying its text, so a file of a few
+hundred bytes can stand for billions of values ("billion laughs"): a loader that builds them, or
+an error message that prints one, never ends. Refused at the first anchor, with its line.
 """
 
 from __future__ import annotations
@@ -22,17 +28,20 @@ from typing import Any, Iterator, Literal, Mapping
 
 import yaml
 
-from ..errors import SpecError
+from ..errors import GraderError, SpecError
+from ..host.safeio import read_file
 from .rules import validate_lab
 from .spec import ExpectedSolutions, LabSpec
 
-__all__ = ["load_lab", "load_expected", "lab_bound", "yaml_fields", "records"]
+__all__ = ["load_lab", "load_expected", "lab_bound", "parse_yaml", "read_yaml", "yaml_fields", "records"]
 
 #: In a course repository, the folder beside ``labs/`` that holds the reference solutions.
 COURSE_REFERENCE = "reference"
 #: Numbers that must be more than 0 (every number of a lab must be 0 or more): a limit of 0 s or
 #: 0 samples would end a step before it starts.
 POSITIVE = frozenset({"time_limit_s", "budget_s", "repeat", "min_samples", "max_samples", "scale"})
+#: The most a YAML file the grader reads may hold (a lab.yaml is under 10 KB).
+YAML_LIMIT_BYTES = 1 << 20
 
 
 def lab_bound(lab_folder: Path) -> Path:
@@ -138,22 +147,45 @@ def _is_mapping(origin: Any) -> bool:
     return origin in (Mapping, dict, typing.Mapping) or (origin is not None and origin.__name__ == "Mapping")
 
 
-def read_yaml(path: Path) -> Any:
-    if not path.exists():
-        raise SpecError("file not found", path=path)
-    if path.is_dir():
-        raise SpecError("is a directory, expected a YAML file", path=path)
+class _PlainLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing anchors and aliases where the composer meets them (before
+    any value is built from one)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not accepted: "
+                                              "write each value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def parse_yaml(text: str, path: Path | str) -> Any:
+    """The value of YAML ``text`` (from ``path``, for the message), without anchors or aliases."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not UTF-8 text (byte {exc.start})", path=path) from None
-    try:
-        data = yaml.safe_load(text)
+        return yaml.load(text, Loader=_PlainLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"malformed YAML: {where}{problem}", path=path) from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise SpecError(f"malformed YAML: {str(exc)[:120]}", path=path) from None
+    except RecursionError:
+        raise SpecError("malformed YAML: nested too deeply", path=path) from None
+
+
+def read_yaml(path: Path) -> Any:
+    """The mapping in the YAML file ``path``: itself a regular file (not a link), of at most
+    ``YAML_LIMIT_BYTES``, UTF-8, without anchors or aliases."""
+    try:
+        raw = read_file(path, YAML_LIMIT_BYTES, "a YAML file")
+    except GraderError as exc:
+        raise SpecError(str(exc).removeprefix(f"{path}: "), path=path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    data = parse_yaml(text, path)
     if not isinstance(data, dict):
         raise SpecError(f"expected a mapping at the top level, got {_describe(data)}", path=path)
     return data

@@ -1,25 +1,30 @@
 """Writing one grading's reports (JUnit XML, JSON, Markdown, HTML with each lab's roofline) to
-files, each with its identity."""
+files, each with its identity.
+
+Each report's folder is checked (or made private) first, as any folder of the grader's results is
+(``hostdirs.output_dir``), and each file is written whole under a new name and renamed into place
+(``safeio.replacing``): a link at a report's name is replaced, never written through."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..host.hostdirs import output_dir
+from ..host.safeio import write_whole
 from ..outcome import LabReport
 from . import data, html, junit, roofline, text
 
 #: The reports a folder of results holds, by kind.
 NAMES = {"junit": "report.xml", "json": "report.json", "markdown": "report.md", "html": "report.html"}
+#: What a refusal calls the folder a report goes to.
+FOLDER_WHAT = "the reports' folder"
 
 
-def _write_text(path: Path, content: str) -> None:
-    """Write through a temporary file and rename: a reader never sees half a report."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(content, encoding="utf-8")
-    os.replace(tmp, path)
+def check_folders(*paths: Path | None) -> None:
+    """Make (private) or check the folder of each report path given, before any grading."""
+    for path in dict.fromkeys(p.parent for p in paths if p is not None):
+        output_dir(path, FOLDER_WHAT)
 
 
 def write(reports: list[LabReport], identity: Mapping[str, Any] | None, *, junit_path: Path | None = None,
@@ -28,17 +33,18 @@ def write(reports: list[LabReport], identity: Mapping[str, Any] | None, *, junit
     """Write the reports asked for; returns the Markdown (for a job summary). Beside report.html,
     with ``pictures``, each lab's roofline as ``roofline-<lab>.png`` (where matplotlib is installed;
     the page itself draws it inline)."""
+    check_folders(junit_path, json_path, markdown_path, html_path)
     if junit_path is not None:
         junit.write(reports, junit_path, identity)
     if json_path is not None:
-        _write_text(json_path, data.dumps(reports, identity))
+        write_whole(json_path, data.dumps(reports, identity))
     if html_path is not None:
-        _write_text(html_path, html.render(reports, identity))
+        write_whole(html_path, html.render(reports, identity))
         for roof in roofline.all_of(reports) if pictures else ():
             roofline.png(roof, html_path.parent / f"roofline-{roof.lab}.png")
     md = text.markdown(reports, identity, html_path.name if html_path is not None else None)
     if markdown_path is not None:
-        _write_text(markdown_path, md)
+        write_whole(markdown_path, md)
     return md
 
 

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, Skipped, TestCase, TestSuite
 
+from ..host.safeio import replacing
 from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..textutil import cap_lines, clean, clean_line, one_line
 
@@ -104,5 +105,6 @@ def document(reports: Iterable[LabReport], identity: Mapping[str, Any] | None = 
 
 
 def write(reports: Iterable[LabReport], path: Path, identity: Mapping[str, Any] | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    document(reports, identity).write(str(path), pretty=True)
+    """The JUnit XML at ``path`` (in a folder that exists), replacing what is there, never through a link."""
+    with replacing(path) as fh:
+        document(reports, identity).write(fh, pretty=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..host.safeio import replacing
 from ..outcome import LabReport
 from ..textutil import html_line
 
@@ -163,8 +164,8 @@ def png(r: Roofline, path: Path) -> bool:
     ax.set_title(f"{r.lab}: FP32 peak {r.peak_gflops:.0f} GFLOP/s, DRAM {r.peak_gbps:.0f} GB/s")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    with replacing(path) as fh:
+        fig.savefig(fh, format="png")
     plt.close(fig)
     return True
 

@@ -198,7 +198,7 @@ def one_shot(job: str, result_path: str, job_fd: bool = False) -> int:
             return 3  # the grader had no job for it after all
         task = json.loads(text)
     result = run_task(cp, task)
-    Path(result_path).write_text(json.dumps(result))
+    owned.write_new(result_path, lambda fh: fh.write(json.dumps(result).encode()))
     return 0
 
 

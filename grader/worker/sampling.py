@@ -15,7 +15,7 @@ import numpy as np
 
 from .buffers import Allocator, Buffers, Library, library
 from .device import device_info, measure_copy_bandwidth
-from .owned import Mapped, Owned
+from .owned import Mapped, Owned, save_array
 from .protocol import Kind, Reply, Status, Task
 
 
@@ -181,10 +181,10 @@ class TimedInputs:
         out_dir.mkdir(parents=True, exist_ok=True)
         for name, value in self.bufs.outputs.items():
             outputs[name] = f"timed_output_{name}.npy"
-            np.save(out_dir / outputs[name], value.get())
+            save_array(out_dir / outputs[name], value.get())
         for name, value in self.pristine.items():
             inputs[name] = f"timed_input_{name}.npy"
-            np.save(out_dir / inputs[name], value if isinstance(value, np.ndarray) else value.get())
+            save_array(out_dir / inputs[name], value if isinstance(value, np.ndarray) else value.get())
         return {"status": Status.OK.value, "check_outputs": outputs, "check_inputs": inputs, "inputs_modified": sorted(self.tampered)}
 
 
