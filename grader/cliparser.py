@@ -110,11 +110,15 @@ def parser() -> argparse.ArgumentParser:
 
 def _export_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export", action="append", choices=lms.FORMATS, help="also write canvas.csv or moodle.csv, "
-                   "files Canvas or Moodle import as they are (repeatable)")
-    p.add_argument("--lms-map", type=Path, metavar="CSV", help="with --export canvas: the gradebook CSV exported from "
-                   "Canvas; moodle: a CSV of student,<key> (the student ids of the results and their Moodle identifier)")
-    p.add_argument("--lms-key", metavar="COLUMN", help="how students are matched: canvas 'SIS Login ID' (default), "
-                   "'SIS User ID' or 'ID'; moodle idnumber (default), email or username")
+                   "files Canvas or Moodle import as they are, from final grades only (repeatable: one --lms-map each)")
+    p.add_argument("--lms-map", action="append", type=Path, metavar="CSV", help="for each --export, in the same order: "
+                   "canvas: the gradebook CSV exported from Canvas (with or without its SIS columns); moodle: a CSV of "
+                   "student,<key> (the student ids of the results and their Moodle identifier)")
+    p.add_argument("--lms-key", action="append", metavar="COLUMN", help="how students are matched: canvas 'SIS Login ID' "
+                   "(default, where the export has it), 'SIS User ID', 'ID' or 'Integration ID'; moodle idnumber (default), "
+                   "email or username (repeatable: one per format)")
+    p.add_argument("--allow-partial", action="store_true", help="export even grades that are not final (checks that did not "
+                   "run: no GPU, a lost lane), as canvas.partial.csv or moodle.partial.csv")
 
 
 def _labs_option(p: argparse.ArgumentParser, default: object) -> None:
