@@ -179,12 +179,9 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
     cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force, shard, args.gpus, args.jobs,
                        args.gradescope_visibility, args.health_wait, args.per_gpu, final_only=bool(exports) and not args.allow_partial)
     run = grade_class(roster, _options(args), cls, class_display(args.quiet))
-    troubled = [r for r in run.rows if r.problems]
     print(f"graded {plural(len(run.graded), 'student')}, kept {len(run.skipped)} already graded: {args.out}/grades.csv, "
           f"{args.out}/summary.md, one folder per student in {args.out}/students")
-    for r in troubled:
-        print(neutralize_commands(clean_line(f"  {r.student}: {'; '.join(r.problems)}"))[:300])
-    _write_exports(exports, args, args.out, list(run.rows))
+    _write_exports(exports, args, args.out, list(run.rows), troubles=True)
     return EXIT_OK
 
 
@@ -192,10 +189,15 @@ def _export_args(args: argparse.Namespace) -> list[lms.Asked]:
     return lms.asked(args.export or [], args.lms_map or [], args.lms_key or [])
 
 
-def _write_exports(exports: list[lms.Target], args: argparse.Namespace, out: Path, rows: list[StudentRecord]) -> None:
-    """The class's grades of record in a line or two, then each LMS file (a refusal: exit 2)."""
+def _write_exports(exports: list[lms.Target], args: argparse.Namespace, out: Path, rows: list[StudentRecord],
+                   troubles: bool = False) -> None:
+    """The students whose grading hit an error (with ``troubles``), the class's grades of record in
+    a few lines, then each LMS file (a refusal: exit 2)."""
     manifest = read_manifest(out)
     grades = grades_of_record(manifest, rows)
+    for r, g in zip(rows, grades):
+        if troubles and r.problems and g.status not in ("not_due", "not_handed_in"):  # those are said below
+            print(neutralize_commands(clean_line(f"  {r.student}: {'; '.join(r.problems)}"))[:300])
     for line in terminal_lines(grades):
         print(neutralize_commands(clean_line(line))[:300])
     for line in lms.write_all(exports, out, manifest.labs, grades, args.allow_partial):

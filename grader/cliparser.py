@@ -46,8 +46,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--deadline", required=True, metavar="TIME", help="the course's deadline, ISO 8601 with its offset "
                                                                      "(2026-12-01T23:59:00-05:00, or ...Z for UTC)")
     c.add_argument("--into", type=Path, required=True, metavar="DIR", help="where the clones, collected.json and roster.csv go")
-    c.add_argument("--late-policy", type=Path, metavar="YAML", help="late_days, penalty_per_day (percent), grace_minutes "
-                                                                     "(default: no late work accepted)")
+    c.add_argument("--late-policy", type=Path, metavar="YAML", help="late_days, penalty_per_day (percent), grace_minutes, "
+                                                                     "graded_commit (latest or best) (default: no late work accepted)")
     c.add_argument("-q", "--quiet", action="store_true", help="no line per student")
 
     k = sub.add_parser("grade-class", help="TAs: grade a whole class (a folder of student repositories, or a roster CSV) "

@@ -71,7 +71,7 @@ def _noted(identity: Identity, note: str) -> Identity:
 def _better(job: StudentJob, reports: list[LabReport], identity: Identity, options: GradeOptions, progress: Progress,
             gate: TimingGate | None) -> tuple[list[LabReport], Identity, tuple[list[LabReport], Identity] | None]:
     """The reports and identity that count, and the other commit's where two were graded."""
-    if job.ontime is None:
+    if job.ontime is None or stopping.requested():  # (a stop publishes nothing of this student)
         return reports, identity, None
     other = _reports(dataclasses.replace(job, root=job.ontime.root, failure=""), options, progress, gate)
     other_identity = completed(job.ontime.identity, other, options)

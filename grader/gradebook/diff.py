@@ -83,7 +83,8 @@ def _grade(g: GradeOfRecord) -> str:
 
 def render(changes: list[StudentChange], old_dir: Path, new_dir: Path) -> str:
     if not changes:
-        return f"no student's grade, score or verdicts changed between {old_dir} and {new_dir}\n"
+        return (f"no student's score or verdicts changed between {old_dir} and {new_dir} (nor their grade of record: "
+                "status, penalty, late days, commit)\n")
     lines = [f"{len(changes)} students changed between {old_dir} (old) and {new_dir} (new):"]
     for c in changes:
         if c.old is None or c.new is None:

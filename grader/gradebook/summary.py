@@ -85,10 +85,15 @@ def standing(grades: Sequence[GradeOfRecord]) -> str:
 
 
 def terminal_lines(grades: Sequence[GradeOfRecord]) -> list[str]:
-    """What a class run says of its grades at its end: how many of each status, and, where some
-    are not final, why (the GPU checks did not run: a CPU-only run says so here)."""
+    """What a class run says of its grades at its end: how many of each status, who is not due yet
+    or handed nothing in, and, where some are not final, why (the GPU checks did not run: a
+    CPU-only run says so here)."""
     partial = [g for g in grades if g.status == "partial"]
     lines = [f"grades of record: {standing(grades)}"]
+    for status, heading in APART:
+        who = [g.student for g in grades if g.status == status]
+        if who:
+            lines.append(f"  {heading.lower()}: {', '.join(who[:20])}{' ...' if len(who) > 20 else ''}")
     if partial:
         lines.append(f"not final: {len(partial)} of {plural(len(grades), 'student')} ({partial[0].reason}); "
                      "grades.csv's not_run says which checks")
