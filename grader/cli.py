@@ -4,7 +4,8 @@ Exit codes:
   0  grading finished (whatever the score), unless --fail-under was given and missed
   1  the score is below --fail-under; `validate`: a verdict differs; `readme --check`: a README is stale;
      `diff`: a student's score or verdicts changed
-  2  bad input: unknown lab, no labs found, missing or unreadable file, malformed lab.yaml, bad option
+  2  bad input: unknown lab, no labs found, missing or unreadable file, malformed lab.yaml, bad option;
+     `grade-class`/`merge --export`: a grade is not final (checks did not run) and --allow-partial was not given
   3  internal error in the grader (a short id points to the full trace in the log)
 """
 
@@ -37,10 +38,11 @@ from .engine.repo import grade_repo, repo_labs, submission_rel
 from .errors import GraderError, internal_error_id, internal_error_log, report_thread_errors
 from .gradebook import diff as class_diff
 from .gradebook import lms
-from .gradebook.grades import read_manifest
+from .gradebook.grades import grades_of_record, read_manifest
 from .gradebook.late import LatePolicy, load_policy
 from .gradebook.merge import merge as merge_shards
 from .gradebook.records import StudentRecord, sandbox_note
+from .gradebook.summary import terminal_lines
 from .host.hostdirs import output_dir, private_dir
 from .host.hostlock import lock_place
 from .host.safeio import regular_file, write_whole
@@ -187,19 +189,19 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
         raise GraderError(f"--per-gpu: expected a number of students from 1 to {MAX_PER_GPU}, got {args.per_gpu}")
     course_labs("grade-class")  # before anything is read: a repository's own lab files never grade a class
     stopping.install()  # Ctrl-C, SIGTERM, SIGHUP: students in flight are not published
-    exports = _exports(args)  # a mapping that cannot be read stops the run before anything is graded
+    asked = _export_args(args)
     roster = load_roster(args.roster) if args.roster else roster_folder(args.class_dir)
-    cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force,
-                       parse_shard(args.shard) if args.shard else None, args.gpus, args.jobs,
-                       args.gradescope_visibility, args.health_wait, args.per_gpu)
+    shard = parse_shard(args.shard) if args.shard else None
+    chosen = shard.select([s.id for s in roster]) if shard else {s.id for s in roster}
+    # a mapping that cannot be read, or that misses a student, stops the run before anything is graded
+    exports = lms.targets(asked, [s.id for s in roster if s.id in chosen])
+    cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force, shard, args.gpus, args.jobs,
+                       args.gradescope_visibility, args.health_wait, args.per_gpu, final_only=bool(exports) and not args.allow_partial)
     run = grade_class(roster, _options(args), cls, class_display(args.quiet))
-    troubled = [r for r in run.rows if r.problems]
     print(f"graded {plural(len(run.graded), 'student')}, kept {len(run.skipped)} already graded: {args.out}/grades.csv, "
           f"{args.out}/summary.md, one folder per student in {args.out}/students")
-    for r in troubled:
-        print(neutralize_commands(clean_line(f"  {r.student}: {'; '.join(r.problems)}"))[:300])
+    _write_exports(exports, args, args.out, list(run.rows), troubles=True)
     _say_unsandboxed(run.rows)
-    _write_exports(exports, args, args.out, list(run.rows))
     return EXIT_OK
 
 
@@ -209,37 +211,28 @@ def _say_unsandboxed(rows: Sequence[StudentRecord]) -> None:
         print(neutralize_commands(clean_line(f"NOT SANDBOXED: {note}")))
 
 
-def _exports(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """(format, key) of each --export, checked before any grading."""
-    if not args.export:
-        if args.lms_map or args.lms_key:
-            raise GraderError("--lms-map and --lms-key go with --export canvas or --export moodle")
-        return []
-    if len(set(args.export)) > 1 and args.lms_map:
-        raise GraderError("--export canvas and moodle take different --lms-map files: export one at a time")
-    if args.lms_map is None or not args.lms_map.is_file():
-        raise GraderError(f"--export {args.export[0]} needs --lms-map CSV (" + ("the gradebook exported from Canvas"
-                          if args.export[0] == "canvas" else "student,<idnumber|email|username>") + ")"
-                          + (f": {args.lms_map} is not a file" if args.lms_map else ""))
-    out = []
-    for fmt in dict.fromkeys(args.export):
-        key = args.lms_key or lms.default_key(fmt)
-        lms.check_key(fmt, key)
-        out.append((fmt, key))
-    return out
+def _export_args(args: argparse.Namespace) -> list[lms.Asked]:
+    return lms.asked(args.export or [], args.lms_map or [], args.lms_key or [])
 
 
-def _write_exports(exports: list[tuple[str, str]], args: argparse.Namespace, out: Path, rows: list[StudentRecord]) -> None:
-    labs = read_manifest(out).labs
-    for fmt, key in exports:
-        path, notes = lms.export(fmt, out, labs, rows, args.lms_map, key)
-        print(f"{fmt}: {path} ({plural(len(rows), 'student')}, matched by {key})")
-        for note in notes:
-            print(f"  {note}")
+def _write_exports(exports: list[lms.Target], args: argparse.Namespace, out: Path, rows: list[StudentRecord],
+                   troubles: bool = False) -> None:
+    """The students whose grading hit an error (with ``troubles``), the class's grades of record in
+    a few lines, then each LMS file (a refusal: exit 2)."""
+    manifest = read_manifest(out)
+    grades = grades_of_record(manifest, rows)
+    for r, g in zip(rows, grades):
+        if troubles and r.problems and g.status not in ("not_due", "not_handed_in"):  # those are said below
+            print(neutralize_commands(clean_line(f"  {r.student}: {'; '.join(r.problems)}"))[:300])
+    for line in terminal_lines(grades):
+        print(neutralize_commands(clean_line(line))[:300])
+    for line in lms.write_all(exports, out, manifest.labs, grades, args.allow_partial):
+        print(neutralize_commands(clean_line(line))[:300])
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    exports = _exports(args)
+    asked = _export_args(args)
+    exports = lms.targets(asked, list(read_manifest(args.shards[0]).roster) if asked else [])
     rows = merge_shards(args.shards, args.out)
     print(f"merged {len(args.shards)} shards: {len(rows)} students in {args.out}/grades.csv and {args.out}/summary.md")
     _say_unsandboxed(rows)

@@ -46,8 +46,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--deadline", required=True, metavar="TIME", help="the course's deadline, ISO 8601 with its offset "
                                                                      "(2026-12-01T23:59:00-05:00, or ...Z for UTC)")
     c.add_argument("--into", type=Path, required=True, metavar="DIR", help="where the clones, collected.json and roster.csv go")
-    c.add_argument("--late-policy", type=Path, metavar="YAML", help="late_days, penalty_per_day (percent), grace_minutes "
-                                                                     "(default: no late work accepted)")
+    c.add_argument("--late-policy", type=Path, metavar="YAML", help="late_days, penalty_per_day (percent), grace_minutes, "
+                                                                     "graded_commit (latest or best) (default: no late work accepted)")
     c.add_argument("--allow-local", action="store_true", help="also collect a repository given as a folder of this machine or "
                                                                "a file:// URL (refused by default; flagged in roster.csv)")
     c.add_argument("-q", "--quiet", action="store_true", help="no line per student")
@@ -112,11 +112,15 @@ def parser() -> argparse.ArgumentParser:
 
 def _export_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--export", action="append", choices=lms.FORMATS, help="also write canvas.csv or moodle.csv, "
-                   "files Canvas or Moodle import as they are (repeatable)")
-    p.add_argument("--lms-map", type=Path, metavar="CSV", help="with --export canvas: the gradebook CSV exported from "
-                   "Canvas; moodle: a CSV of student,<key> (the student ids of the results and their Moodle identifier)")
-    p.add_argument("--lms-key", metavar="COLUMN", help="how students are matched: canvas 'SIS Login ID' (default), "
-                   "'SIS User ID' or 'ID'; moodle idnumber (default), email or username")
+                   "files Canvas or Moodle import as they are, from final grades only (repeatable: one --lms-map each)")
+    p.add_argument("--lms-map", action="append", type=Path, metavar="CSV", help="for each --export, in the same order: "
+                   "canvas: the gradebook CSV exported from Canvas (with or without its SIS columns); moodle: a CSV of "
+                   "student,<key> (the student ids of the results and their Moodle identifier)")
+    p.add_argument("--lms-key", action="append", metavar="COLUMN", help="how students are matched: canvas 'SIS Login ID' "
+                   "(default, where the export has it), 'SIS User ID', 'ID' or 'Integration ID'; moodle idnumber (default), "
+                   "email or username (repeatable: one per format)")
+    p.add_argument("--allow-partial", action="store_true", help="export even grades that are not final (checks that did not "
+                   "run: no GPU, a lost lane), as canvas.partial.csv or moodle.partial.csv")
 
 
 def _labs_option(p: argparse.ArgumentParser, default: object) -> None:

@@ -119,13 +119,13 @@ def _report(out: Path, sid: str) -> dict:
     return json.loads((out / "students" / sid / "report.json").read_text())
 
 
-TEXT_COLUMNS = ("student", "status", "problems", "commit", "not_run", "late_flags", "sandbox")
+TEXT_COLUMNS = ("student", "status", "problems", "commit", "not_run", "late_flags", "grade_status", "sandbox")
 
 
 def _numeric(row: dict[str, str]) -> dict[str, object]:
-    """A row as the schema reads it: numbers converted, an empty late_days or penalty left as text."""
+    """A row as the schema reads it: numbers converted, an empty cell (no grade, no late days) left as text."""
     def value(k: str, v: str) -> object:
-        if k in TEXT_COLUMNS or (k in ("late_days", "penalty") and v == ""):
+        if k in TEXT_COLUMNS or v == "":
             return v
         return int(v) if k == "late_days" else float(v)
     return {k: value(k, v) for k, v in row.items()}
@@ -146,12 +146,15 @@ def test_the_class_log_holds_each_student_s_steps_on_their_lane(single):
 def test_grades_csv_has_one_row_per_student_and_validates(single):
     header, rows = _rows(single)
     assert header == ["student", *LABS, "total", "max_total", "status", "problems", "commit", "not_run",
-                      "raw_total", "late_days", "penalty", "late_flags", "sandbox"]
+                      "raw_total", "late_days", "penalty", "late_flags", "grade_status", "sandbox"]
     assert {r["not_run"] for r in rows.values()} == {"gpu"}  # graded with --no-gpu: no row is a final grade
     assert list(rows) == ROSTER_ORDER
     validator = _schema("grades.schema.json")
     for row in rows.values():
         validator.validate(_numeric(row))
+        if row["grade_status"] == "not_handed_in":  # no grade: empty, never 0
+            assert [row[k] for k in (*LABS, "total", "raw_total")] == [""] * (len(LABS) + 2)
+            continue
         assert float(row["total"]) == pytest.approx(sum(float(row[lab]) for lab in LABS))
         assert float(row["max_total"]) == sum(find_lab(lab).max_points for lab in LABS)
         report = _report(single, row["student"])
@@ -160,6 +163,8 @@ def test_grades_csv_has_one_row_per_student_and_validates(single):
     assert float(rows["alice"]["memory_types"]) > float(rows["bob"]["memory_types"])  # constant memory missed
     assert rows["erin"]["tiled_matmul"] == rows["alice"]["tiled_matmul"] != rows["dave"]["tiled_matmul"]
     assert [rows[s]["status"] for s in ROSTER_ORDER] == ["ok", "error", "error", "error", "ok", "error"]
+    assert [rows[s]["grade_status"] for s in ROSTER_ORDER] == ["partial", "partial", "not_handed_in", "partial", "partial",
+                                                               "not_handed_in"]
     assert rows["bob"]["problems"].startswith("tiled_matmul: compile error: labs/tiled_matmul/student.cu:")
     assert rows["carol"]["problems"].startswith("all labs: ") and "has no labs/ folder" in rows["carol"]["problems"]
     said = [c["message"] for lab in _report(single, "carol")["labs"] for c in lab["checks"]]
@@ -238,23 +243,26 @@ def test_a_class_graded_without_a_gpu_says_it_is_not_final_everywhere(single):
 
 def test_a_lab_not_handed_in_is_its_own_band_and_leaves_the_pass_rates(single):
     """dave handed tiled_matmul in but not memory_types: his 0 there is in no score band and no
-    check's counts of memory_types, and is counted as not handed in."""
+    check's counts of memory_types, and is counted as not handed in, as are carol (no labs/ folder)
+    and frank (no repository), who handed nothing in and are in no statistic."""
     summary = (single / "summary.md").read_text()
     after = summary[summary.index("Students per score band"):]
     bands = next(ln for ln in after.splitlines() if ln.startswith("| `memory_types` |"))
-    assert bands.split("|")[-2].strip() == "1"
-    assert sum(int(c) for c in bands.split("|")[2:8]) == 5
+    assert bands.split("|")[-2].strip() == "3"
+    assert sum(int(c) for c in bands.split("|")[2:8]) == 3
     compile_rows = [ln for ln in summary.splitlines() if ln.startswith("| `compile` |")]  # memory_types', then tiled_matmul's
-    assert [sum(int(c) for c in ln.split("|")[2:6]) for ln in compile_rows] == [5, 6]
+    assert [sum(int(c) for c in ln.split("|")[2:6]) for ln in compile_rows] == [3, 4]
 
 
 def test_summary_counts_checks_and_lists_the_students_with_errors(single, tmp_path, monkeypatch):
     summary = (single / "summary.md").read_text()
     assert summary.startswith("# Class summary: 6 students, 2 labs")
-    errors = summary[summary.index("## Students whose grading hit an error"):]
-    assert errors.startswith("## Students whose grading hit an error (4)")
-    assert all(f"`{s}`" in errors for s in ("bob", "carol", "dave", "frank"))
+    errors = summary[summary.index("## Students whose grading hit an error"):summary.index("## Not handed in")]
+    assert errors.startswith("## Students whose grading hit an error (2)")
+    assert all(f"`{s}`" in errors for s in ("bob", "dave"))
     assert "`alice`" not in errors and "`erin`" not in errors
+    apart = summary[summary.index("## Not handed in (2)"):]
+    assert "| `carol` | the repository has no labs/ folder" in apart and "| `frank` | repository not found: " in apart
     passed = sum(1 for sid in ROSTER_ORDER for r in _report(single, sid)["labs"] for c in r["checks"]
                  if r["lab"] == "memory_types" and c["id"] == "mask_in_constant_memory" and c["outcome"] == "pass")
     (line,) = [ln for ln in summary.splitlines() if ln.startswith("| `mask_in_constant_memory` |")]

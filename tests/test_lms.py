@@ -108,6 +108,8 @@ def test_an_export_without_its_map_stops_before_anything_is_graded(tmp_path, cap
 
 
 def test_grade_class_writes_the_moodle_file_beside_grades_csv(tmp_path, capsys):
+    """Graded on the CPU the grades are partial: the file is written only as asked (--allow-partial),
+    under its partial name."""
     repos = tmp_path / "repos"
     for sid in ("jdoe", "rroe"):
         target = repos / sid / "labs" / "tiled_matmul" / "student.cu"
@@ -117,10 +119,11 @@ def test_grade_class_writes_the_moodle_file_beside_grades_csv(tmp_path, capsys):
     mapping.write_text("student,username\njdoe,jane\nrroe,rick\n")
     out = tmp_path / "out"
     code = cli.main(["grade-class", str(repos), "--out", str(out), "--lab", "tiled_matmul", "--no-gpu", "-q",
-                     "--export", "moodle", "--lms-map", str(mapping), "--lms-key", "username"])
+                     "--export", "moodle", "--lms-map", str(mapping), "--lms-key", "username", "--allow-partial"])
     printed = capsys.readouterr().out
-    assert code == 0 and f"moodle: {out / 'moodle.csv'} (2 students, matched by username)" in printed
+    assert code == 0 and f"moodle: {out / 'moodle.partial.csv'} (2 students, matched by username) NOT FINAL" in printed
     with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
         grades = {r["student"]: r["tiled_matmul"] for r in csv.DictReader(fh)}
-    assert _rows((out / "moodle.csv").read_text()) == [["username", "Tiled matrix multiplication"],
+    assert not (out / "moodle.csv").exists()
+    assert _rows((out / "moodle.partial.csv").read_text()) == [["username", "Tiled matrix multiplication"],
                                                        ["jane", grades["jdoe"]], ["rick", grades["rroe"]]]

@@ -190,7 +190,9 @@ class GpuLane(Lane):
             why = f"the lane on {self.name} failed: {type(exc).__name__}: {exc}"
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.pool = self._start()
-        return grade_student(dataclasses.replace(job, failure=why), self.options, visibility=self.visibility, lane=self.name)
+        # (the other commit of a late student is not graded here either: this process grades nothing)
+        return grade_student(dataclasses.replace(job, failure=why, ontime=None), self.options, visibility=self.visibility,
+                             lane=self.name)
 
     def _processes(self) -> list[Any]:
         return list(getattr(self.pool, "_processes", {}).values())

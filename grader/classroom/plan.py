@@ -9,6 +9,7 @@ unless ``force`` is given.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -29,6 +30,17 @@ from .roster import Student
 
 PARTIAL = ".partial-"
 OLD = ".old-"
+#: Where the on-time commits' files go in a run's scratch folder (no student id starts with ``_``).
+ONTIME = "_ontime"
+
+
+@dataclass(frozen=True)
+class OnTime:
+    """The on-time commit of a late student whose late policy keeps the better of the two
+    (``graded_commit: best``): its files and the identity of its grading (on time: no penalty)."""
+
+    root: Path
+    identity: Identity
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,7 @@ class StudentJob:
     failure: str  # why nothing of theirs can be graded ("" when it can)
     identity: Identity
     folder: Path  # OUT/students/<id>
+    ontime: OnTime | None = None  # graded too, the better of the two counts
 
 
 def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | None, str | None, str]:
@@ -84,7 +97,29 @@ def plan_student(student: Student, specs: list[LabSpec], options: GradeOptions, 
     files = file_hashes(root, rels) if root is not None else {rel: None for rel in rels}
     identity = identify(specs, files, options, student=student.id, repository=student.path, commit=commit, where=where,
                         location=labs, outputs=outputs, late=student.late)
-    return StudentJob(student, tuple(s.id for s in specs), root, failure, identity, student_folder(out, student.id))
+    # the on-time commit too where it may count (also where the late one has no labs/ folder)
+    ontime, identity = _ontime(student, specs, scratch, identity) if commit is not None else (None, identity)
+    return StudentJob(student, tuple(s.id for s in specs), root, failure, identity, student_folder(out, student.id), ontime)
+
+
+def _ontime(student: Student, specs: list[LabSpec], scratch: Path, late: Identity) -> tuple[OnTime | None, Identity]:
+    """The on-time commit to grade beside the late one, where the roster says the better of the two
+    counts (``graded_commit: best``), and the late one's identity (flagged where that commit is
+    not in the repository: then the late one alone is graded)."""
+    info = student.late or {}
+    if info.get("graded_commit") != "best":
+        return None, late
+    rels = [submission_rel(spec.id) for spec in specs]
+    try:
+        commit = gitinfo.resolve(student.path, str(info["ontime_commit"]))
+        root = checkout.export(student.path, commit, rels, scratch / ONTIME / student.id) if commit else None
+    except OSError:
+        root = commit = None
+    if root is None or commit is None:
+        flag = f"the on-time commit {str(info['ontime_commit'])[:12]} is not in the repository: the late one is graded"
+        return None, dataclasses.replace(late, late={**info, "flags": [*info["flags"], flag]})
+    on_time = {**info, "collected_at": "", "late_days": 0, "penalty": 0.0}
+    return OnTime(root, dataclasses.replace(late, commit=commit, files=file_hashes(root, rels), late=on_time)), late
 
 
 def graded_hash(folder: Path) -> str | None:

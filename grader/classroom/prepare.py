@@ -50,21 +50,24 @@ class Builder:
             pass  # only a head start: grading meets the same problem and reports it
 
     def tasks(self, job: StudentJob) -> dict[Build, Callable[[], None]]:
-        """What one student's grading needs built: their files and their labs' baselines, by what
-        identifies the build (the same key, the same build: run it once for the whole class)."""
-        if job.root is None:
-            return {}
+        """What one student's grading needs built: their files (and those of the on-time commit
+        graded beside a late one) and their labs' baselines, by what identifies the build (the same
+        key, the same build: run it once for the whole class)."""
+        graded = [(job.root, job.identity.files)] if job.root is not None else []
+        if job.ontime is not None:
+            graded.append((job.ontime.root, job.ontime.identity.files))
         out: dict[Build, Callable[[], None]] = {}
-        for lab_id in job.labs:
-            rel = submission_rel(lab_id)
-            digest = job.identity.files.get(rel)
-            if digest is None:  # missing, a link, too large: nothing to compile
-                continue
-            for archs in self.archs:
-                out[(lab_id, digest, archs)] = functools.partial(self._build, lab_id, job.root / rel, rel, archs)
-                if self.baselines:
-                    spec = self.spec(lab_id)
-                    for name in sorted({"reference", *spec.files.baselines}):
-                        out[(lab_id, f"baseline:{name}", archs)] = functools.partial(
-                            self._build, lab_id, spec.baseline_source(name), None, archs)
+        for root, files in graded:
+            for lab_id in job.labs:
+                rel = submission_rel(lab_id)
+                digest = files.get(rel)
+                if digest is None:  # missing, a link, too large: nothing to compile
+                    continue
+                for archs in self.archs:
+                    out[(lab_id, digest, archs)] = functools.partial(self._build, lab_id, root / rel, rel, archs)
+                    if self.baselines:
+                        spec = self.spec(lab_id)
+                        for name in sorted({"reference", *spec.files.baselines}):
+                            out[(lab_id, f"baseline:{name}", archs)] = functools.partial(
+                                self._build, lab_id, spec.baseline_source(name), None, archs)
         return out

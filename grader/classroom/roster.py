@@ -4,7 +4,9 @@ A folder: every sub-folder is one student's repository, the folder's name their 
 CSV with a ``student,path`` header and an optional ``commit`` column (the commit to grade: a hash,
 a tag or a branch); paths are relative to the roster's folder. The roster ``cuda-grader collect``
 writes has the ``COLLECTED`` columns too: a student's late days and penalty go into their results,
-and a ``problem`` (nothing collected) is their row's error. Blank lines and lines starting
+a ``problem`` (nothing collected) is their row's error, and ``ontime_commit`` with
+``graded_commit`` say which commit counts (see ``grader.gradebook.late``): with ``best`` both are
+graded, with ``latest`` the row's flags say that an on-time commit exists. Blank lines and lines starting
 with ``#`` are ignored. A bad line is an input error naming the file, the line and the problem.
 
 Both rosters (this one and ``collect``'s ``student,repository[,extension]``) are read by one
@@ -30,13 +32,15 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..errors import GraderError
+from ..gradebook.late import GRADED_COMMIT
 from ..isolation.gitinfo import REV_PATTERN
 
 #: A student id names the student's output folder and CSV row: letters, digits and ``._@+-``.
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$")
 #: What ``cuda-grader collect`` adds: when the commit was first collected, the student's deadline,
-#: the late days and penalty of the late policy, flags, and why nothing was collected.
-COLLECTED = ("collected_at", "deadline", "late_days", "penalty", "flags", "problem")
+#: the late days and penalty of the late policy, flags, why nothing was collected, the last commit
+#: collected by the deadline where a later one is in ``commit``, and which of them counts.
+COLLECTED = ("collected_at", "deadline", "late_days", "penalty", "flags", "problem", "ontime_commit", "graded_commit")
 COLUMNS = ("student", "path", "commit", *COLLECTED)
 REQUIRED = ("student", "path")
 #: The columns of a roster without a header.
@@ -234,8 +238,28 @@ def _late(fields: Mapping[str, str], where: str) -> Mapping[str, Any] | None:
         raise RosterError(f"late_days must be 0 or more and penalty a fraction from 0 to 1, got {days} and {penalty}",
                           path=where)
     flags = [f.strip() for f in (fields.get("flags") or "").split(" | ") if f.strip()]
+    which = _which_commit(fields, where)
+    if which.get("graded_commit") == "latest":
+        flags.append(f"an on-time commit {which['ontime_commit'][:12]} was collected by the deadline; the later one is "
+                     "graded (graded_commit: latest)")
     return {"deadline": fields.get("deadline", ""), "collected_at": fields["collected_at"], "late_days": days,
-            "penalty": penalty, "flags": flags}
+            "penalty": penalty, "flags": flags, **which}
+
+
+_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _which_commit(fields: Mapping[str, str], where: str) -> dict[str, str]:
+    """``ontime_commit`` and ``graded_commit`` of a collected roster's row (nothing where it has no
+    on-time commit besides the graded one)."""
+    ontime, rule = fields.get("ontime_commit") or "", fields.get("graded_commit") or "latest"
+    if rule not in GRADED_COMMIT:
+        raise RosterError(f"graded_commit {rule!r} must be {' or '.join(GRADED_COMMIT)}", path=where)
+    if ontime and not _HASH.fullmatch(ontime):
+        raise RosterError(f"ontime_commit {ontime!r} is not a full commit hash", path=where)
+    if not ontime or ontime == fields.get("commit"):
+        return {}
+    return {"ontime_commit": ontime, "graded_commit": rule}
 
 
 def read_text(roster: Path) -> str:

@@ -23,13 +23,14 @@ from pathlib import Path
 
 from .. import __version__
 from ..engine.identity import grader_source_hash, options_key
+from ..errors import GraderError
 from ..gradebook import grades as gradebook
 from ..gradebook.grades import Manifest
 from ..gradebook.records import STUDENTS_DIR, StudentRecord
 from ..host import gpus
 from ..host.hostdirs import output_dir
 from ..isolation import sandbox as sandboxing
-from ..isolation.options import GradeOptions, default_archs, sandbox_for
+from ..isolation.options import GradeOptions, default_archs, probe_for, sandbox_for
 from ..labspec import paths
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
@@ -56,6 +57,7 @@ class ClassOptions:
     visibility: str = "visible"  # of the Gradescope tests
     health_wait_s: float = 60.0  # the longest a timing waits for a disturbed GPU
     per_gpu: int = 1  # students graded at once on each GPU (their timings one at a time)
+    final_only: bool = False  # refuse, before grading, a run whose grades cannot be final (an LMS export asked)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,15 @@ def gpu_slots(options: GradeOptions, wanted: str | None) -> list[gpus.GpuSlot]:
     if chosen and gpu.probe().gpu is None:
         return []
     return chosen
+
+
+def not_final(options: GradeOptions, slots: list[gpus.GpuSlot], wanted: str | None) -> str:
+    """Why no grade of a run with ``options`` on ``slots`` can be final ("" when they can)."""
+    if not slots:
+        why = "--gpus none" if options.gpu and (wanted or "").strip().lower() == "none" else probe_for(options).reason
+        return f"the GPU checks (correctness, sanitizers, counters, speed) will not run: {why or 'no GPU'}"
+    off = [f"--no-{f}" for f in ("timing", "counters", "sanitizers") if not getattr(options, f)]
+    return f"checks turned off ({', '.join(off)})" if off else ""
 
 
 def manifest_for(specs: list[LabSpec], roster: list[Student], graded: list[str], shard: Shard | None, options: GradeOptions) -> Manifest:
@@ -107,6 +118,13 @@ def grade_class(roster: list[Student], options: GradeOptions, cls: ClassOptions,
     chosen = cls.shard.select([s.id for s in roster]) if cls.shard else {s.id for s in roster}
     students = [s for s in roster if s.id in chosen]
     slots = gpu_slots(options, cls.gpus)
+    partial = not_final(options, slots, cls.gpus)
+    if partial and cls.final_only:
+        raise GraderError(f"--export: {partial}, so no grade of this run would be final, and an LMS takes final grades only: "
+                          "nothing was graded; grade where the checks run, or pass --allow-partial to export partial grades "
+                          "(canvas.partial.csv, moodle.partial.csv)")
+    if partial:
+        display.say(f"not a final grade: {partial}")
     if not slots and options.gpu and (cls.gpus or "").strip().lower() == "none":
         options = dataclasses.replace(options, gpu=False)  # --gpus none: CPU lanes, even on a machine with a GPU
     where = ", ".join(sorted({s.name for s in slots})) or "no GPU"

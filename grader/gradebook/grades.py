@@ -5,16 +5,19 @@
 the roster in roster order, the shard it was (or null), the students graded in it, the grader and
 the options. ``merge`` checks shards against each other with it.
 
-``grades.csv`` (documented in the README; ``schemas/grades.schema.json`` describes a row):
-``student`` first, then one column per lab (points), ``total``, ``max_total``, ``status`` (``ok`` or
-``error``), ``problems`` (the first error of each lab that hit one), ``commit`` and ``not_run`` (the
-families of checks that did not run for the student: ``gpu``, or ``timing``, ``counters``,
-``sanitizers`` turned off; a row with any is not a final grade), then, from a roster written by
-``cuda-grader collect``, ``raw_total`` (before the late penalty; ``total`` is after it),
-``late_days``, ``penalty`` (the fraction taken) and ``late_flags`` (what the commits claimed that
-the collection contradicts, force pushes), and last ``sandbox``: ``bubblewrap`` where the student's
-code ran in the sandbox, ``none`` where it ran without (``--no-sandbox``): such a grade holds only as
-far as the student's code can be trusted.
+``grades.csv`` (documented in the README; ``schemas/grades.schema.json`` describes a row) is the
+students' grades of record (``grader.gradebook.record``): ``student`` first, then one column per
+lab (points), ``total`` (the grade, after the late penalty), ``max_total``, ``status`` (``ok`` or
+``error``: whether a check errored), ``problems`` (the first error of each lab that hit one),
+``commit`` (the commit graded) and ``not_run`` (the families of checks that did not run for the
+student: ``gpu``, or ``timing``, ``counters``, ``sanitizers`` turned off; a row with any is not a
+final grade), then, from a roster written by ``cuda-grader collect``, ``raw_total`` (before the
+late penalty), ``late_days``, ``penalty`` (the fraction taken) and ``late_flags`` (what the commits
+claimed that the collection contradicts, force pushes, which collected commit counts and why),
+``grade_status`` (``graded``, ``partial``, ``not_due``, ``not_handed_in``, ``error``), and last
+``sandbox``: ``bubblewrap`` where the student's code ran in the sandbox, ``none`` where it ran
+without (``--no-sandbox``): such a grade holds only as far as the student's code can be trusted. A
+student not due yet, or who handed nothing in, has no points: their lab and total cells are empty.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ..host.safeio import write_whole
 from ..outcome import fmt_points
 from ..textutil import sheet_cell
 from . import dashboard, records, summary
+from .record import GradeOfRecord, grade_of_record
 from .records import StudentRecord, student_folder
 
 MANIFEST = "class.json"
@@ -39,7 +43,7 @@ SUMMARY = "summary.md"
 MANIFEST_VERSION = 1
 #: The columns of grades.csv after the labs'.
 TAIL_COLUMNS = ("total", "max_total", "status", "problems", "commit", "not_run", "raw_total", "late_days", "penalty", "late_flags",
-                "sandbox")
+                "grade_status", "sandbox")
 #: The option of each family of GPU checks that can be turned off (class.json's options).
 FAMILIES = ("timing", "counters", "sanitizers")
 
@@ -95,17 +99,25 @@ def sandbox_column(record: StudentRecord) -> str:
     return "bubblewrap" if record.sandbox.startswith("bubblewrap") else ""
 
 
+def grades_of_record(manifest: Manifest, rows: Sequence[StudentRecord]) -> list[GradeOfRecord]:
+    """Each student's grade of record, with the checks the run's options turned off."""
+    return [grade_of_record(r, not_run(manifest, r)) for r in rows]
+
+
+def _points(value: float | None) -> str:
+    return "" if value is None else fmt_points(value)
+
+
 def grades_csv(manifest: Manifest, rows: Sequence[StudentRecord]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["student", *manifest.lab_ids, *TAIL_COLUMNS])
-    for r in rows:
-        scores = [fmt_points(s) if (s := r.score(lab)) is not None else "" for lab in manifest.lab_ids]
-        late = r.late or {}
-        writer.writerow([r.student, *scores, fmt_points(r.total), fmt_points(manifest.max_total), r.status,
-                         sheet_cell("; ".join(r.problems)), r.commit or "", " ".join(not_run(manifest, r)), fmt_points(r.raw_total),
-                         str(late.get("late_days", "")), f"{r.penalty:.4g}" if r.late else "", sheet_cell(" | ".join(late.get("flags", []))),
-                         sandbox_column(r)])
+    for r, g in zip(rows, grades_of_record(manifest, rows)):
+        scores = [_points(r.score(lab) if g.scored else None) for lab in manifest.lab_ids]
+        writer.writerow([r.student, *scores, _points(g.final), fmt_points(manifest.max_total), r.status,
+                         sheet_cell("; ".join(r.problems)), g.commit or "", " ".join(g.not_run), _points(g.raw),
+                         "" if g.late_days is None else str(g.late_days), f"{g.penalty:.4g}" if r.late and g.scored else "",
+                         sheet_cell(" | ".join(g.flags)), g.status, sandbox_column(r)])
     return buf.getvalue()
 
 

@@ -1,4 +1,5 @@
-"""Gradescope's autograder ``results.json`` for one student: the total score, the seconds the grading
+"""Gradescope's autograder ``results.json`` for one student: the score (the grade after a collected
+roster's late penalty: Gradescope takes it over the tests' sum), the seconds the grading
 took (``execution_time``), one test per check (name, a stable ``number``, score, max_score, status,
 output, ``tags``: the lab, the check family and the outcome, visibility), the identity and the GPU
 in ``extra_data``, and a ``leaderboard`` of each timed lab's speed against the reference (shown only
@@ -11,6 +12,7 @@ import re
 from typing import Any, Mapping
 
 from ..outcome import LabReport, Outcome, fmt_points
+from ..report.text import graded_total
 from ..textutil import cap_lines, clean
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -41,7 +43,9 @@ def leaderboard(reports: list[LabReport]) -> list[dict[str, Any]]:
 
 
 def results(reports: list[LabReport], identity: Mapping[str, Any] | None = None, visibility: str = "visible",
-            execution_time: float = 0.0) -> dict[str, Any]:
+            execution_time: float = 0.0, standing: str = "") -> dict[str, Any]:
+    """``standing``: what the student's grade of record says where it is no grade (not due yet, not
+    handed in), added to the output."""
     tests = []
     for lab_no, r in enumerate(reports, start=1):
         for check_no, c in enumerate(r.checks, start=1):
@@ -55,10 +59,15 @@ def results(reports: list[LabReport], identity: Mapping[str, Any] | None = None,
                 "tags": [r.lab, c.stage.value, c.outcome.value],
                 "visibility": visibility,
             })
-    score = round(sum(r.score for r in reports), 2)
+    score, penalty = graded_total(round(sum(r.score for r in reports), 2), identity)
     max_score = round(sum(r.max_score for r in reports), 2)
     not_here = round(sum(r.skipped_points for r in reports), 2)
-    output = f"CUDA labs: {fmt_points(score)}/{fmt_points(max_score)} points"
+    output = f"CUDA labs: {fmt_points(score)}/{fmt_points(max_score)} points" + (f" ({penalty})" if penalty else "")
+    choice = str(((identity or {}).get("late") or {}).get("choice") or "")
+    if choice:
+        output += f"; {choice}"
+    if standing:
+        output += f"; {standing}"
     if not_here:
         output += f" ({fmt_points(not_here)} points were not checked on the grading machine)"
     gpu = str((identity or {}).get("gpu") or "")

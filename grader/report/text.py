@@ -129,6 +129,31 @@ def _details(summary: str, text: str) -> list[str]:
     return ["", f"<details><summary>{html_text(clean_line(summary))}</summary>", "", markdown_fence(text), "</details>"]
 
 
+def late_penalty(identity: Mapping[str, Any] | None) -> tuple[float, int | None]:
+    """The fraction of the score the late policy takes and the days late, from a collected roster's
+    ``late`` in ``identity`` ((0, None) without one)."""
+    late = (identity or {}).get("late") or {}
+    days = late.get("late_days")
+    try:
+        return float(late.get("penalty") or 0.0), days if isinstance(days, int) else None
+    except (TypeError, ValueError):
+        return 0.0, None
+
+
+def penalty_text(raw: float, penalty: float, late_days: int | None) -> str:
+    """``12 before a 10% late penalty: 1 late day``: what a grade after the penalty says of it."""
+    days = f": {plural(late_days, 'late day')}" if late_days else ""
+    return f"{fmt_points(raw)} before a {fmt_points(round(penalty * 100, 2))}% late penalty{days}"
+
+
+def graded_total(raw: float, identity: Mapping[str, Any] | None) -> tuple[float, str]:
+    """The score after the late penalty in ``identity``, and what to say of the penalty ("" for none)."""
+    penalty, days = late_penalty(identity)
+    if not penalty:
+        return raw, ""
+    return round(raw * (1 - penalty), 2), penalty_text(raw, penalty, days)
+
+
 def identity_line(identity: Mapping[str, Any]) -> str:
     """Whose work, graded when and with what, in one line (empty without an identity)."""
     parts = [f"{label} {identity[key]}" for key, label in (("student", "student"), ("commit", "commit"), ("graded_at", "graded"))
@@ -142,10 +167,14 @@ def identity_line(identity: Mapping[str, Any]) -> str:
 
 
 def markdown(reports: list[LabReport], identity: Mapping[str, Any] | None = None, html_name: str | None = None) -> str:
-    """The Markdown report (``html_name``: the HTML report beside it, linked)."""
-    total = sum(r.score for r in reports)
+    """The Markdown report (``html_name``: the HTML report beside it, linked); its grade is after the
+    late penalty of a collected roster (``identity``'s ``late``), with the score before it beside."""
+    total, penalty = graded_total(round(sum(r.score for r in reports), 2), identity)
     total_max = sum(r.max_score for r in reports)
-    lines = [f"# CUDA lab grade: {fmt_points(total)}/{fmt_points(total_max)}", ""]
+    lines = [f"# CUDA lab grade: {fmt_points(total)}/{fmt_points(total_max)}" + (f" ({penalty})" if penalty else ""), ""]
+    choice = str(((identity or {}).get("late") or {}).get("choice") or "")
+    if choice:
+        lines += [_cell(choice[:1].upper() + choice[1:]), ""]
     if html_name:
         lines += [f"Every check, message and roofline picture on one page: [{html_name}]({html_name})", ""]
     note = feedback_note(identity)
