@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 from ..outcome import fmt_points
 from ..textutil import HTML_CSP, clean_line, html_line, plural
+from .record import grade_of_record
 from .records import StudentRecord, Verdict, sandbox_note
 from .summary import BANDS, band_counts
 
@@ -103,13 +104,6 @@ OUTCOME_TEXT = {"pass": "passed", "fail": "failed", "error": "error", "skipped":
 #: Where a student stands, as :func:`_status` says it, and how the page says it.
 GRADED, NOT_DUE, NOT_HANDED_IN, NO_RESULTS = "graded", "not due", "not handed in", "no results"
 STATUS_TEXT = {GRADED: "graded", NOT_DUE: "not due yet", NOT_HANDED_IN: "not handed in", NO_RESULTS: "no results yet"}
-#: How a lab's first check begins when the collected roster says the student's deadline has not come.
-NOT_DUE_MARK = "collect: not collected yet"
-#: How it begins, or what it holds, when there was nothing of the student's to grade: no repository,
-#: an empty one (``cuda-grader collect``'s problems, or the folder graded as it is).
-NOTHING_MARKS = ("collect: the repository is empty", "collect: repository not found",
-                 "collect: the repository's default branch names no commit", "repository not found:")
-NO_LABS_MARK = " has no labs/ folder"
 #: The columns before the checks': sort key (in the address: #sort=score-desc) and header.
 COLUMNS = (("student", "Student"), ("status", "Status"), ("score", "Score"), ("late", "Late days"),
            ("penalty", "Penalty"), ("flags", "Flags"))
@@ -119,22 +113,13 @@ FLAG_CHARS = 300
 
 
 def _status(record: StudentRecord) -> str:
-    """Where ``record``'s student stands: ``graded``; ``not due`` (the collected roster says their
-    deadline, an extension's, has not come); ``not handed in`` (no repository, an empty one, or no
-    lab's file in it); ``no results`` (none published yet). What the page says of a student comes
-    from here alone."""
+    """Where ``record``'s student stands, from their grade of record: ``graded`` (a score, final or
+    not, or an error to look at); ``not due`` (the collected roster says their deadline, an
+    extension's, has not come); ``not handed in`` (no repository, an empty one, or no lab's file in
+    it); ``no results`` (none published yet). What the page says of a student comes from here alone."""
     if not record.graded:
         return NO_RESULTS
-    labs = {lab.lab for lab in record.labs}
-    firsts = {v.lab: clean_line(v.message) for v in record.verdicts if v.check == "compile" and v.outcome == "error"}
-    if labs and labs <= set(firsts):
-        if all(m.startswith(NOT_DUE_MARK) for m in firsts.values()):
-            return NOT_DUE
-        if all(m.startswith(NOTHING_MARKS) or NO_LABS_MARK in m for m in firsts.values()):
-            return NOT_HANDED_IN
-    if labs and labs <= set(record.not_handed_in):
-        return NOT_HANDED_IN
-    return GRADED
+    return {"not_due": NOT_DUE, "not_handed_in": NOT_HANDED_IN}.get(grade_of_record(record).status, GRADED)
 
 
 def _checks(labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRecord]) -> list[tuple[str, list[str]]]:
