@@ -17,14 +17,12 @@ from . import data, html, junit, roofline, text
 
 #: The reports a folder of results holds, by kind.
 NAMES = {"junit": "report.xml", "json": "report.json", "markdown": "report.md", "html": "report.html"}
-#: What a refusal calls the folder a report goes to.
-FOLDER_WHAT = "the reports' folder"
 
 
 def check_folders(*paths: Path | None) -> None:
     """Make (private) or check the folder of each report path given, before any grading."""
     for path in dict.fromkeys(p.parent for p in paths if p is not None):
-        output_dir(path, FOLDER_WHAT)
+        output_dir(path, junit.FOLDER_WHAT)
 
 
 def write(reports: list[LabReport], identity: Mapping[str, Any] | None, *, junit_path: Path | None = None,

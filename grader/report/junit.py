@@ -13,11 +13,15 @@ from typing import Any, Iterable, Mapping
 
 from junitparser import Attr, Error, Failure, IntAttr, JUnitXml, Skipped, TestCase, TestSuite
 
+from ..host.hostdirs import output_dir
 from ..host.safeio import replacing
 from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..textutil import cap_lines, clean, clean_line, one_line
 
 MAX_DETAIL_LINES = 60
+
+#: What a refusal calls the folder a report goes to.
+FOLDER_WHAT = "the reports' folder"
 
 
 class LocatedCase(TestCase):
@@ -105,6 +109,8 @@ def document(reports: Iterable[LabReport], identity: Mapping[str, Any] | None = 
 
 
 def write(reports: Iterable[LabReport], path: Path, identity: Mapping[str, Any] | None = None) -> None:
-    """The JUnit XML at ``path`` (in a folder that exists), replacing what is there, never through a link."""
+    """The JUnit XML at ``path``, replacing what is there, never through a link; its folder made
+    private if missing, else checked (``hostdirs.output_dir``)."""
+    output_dir(path.parent, FOLDER_WHAT)
     with replacing(path) as fh:
         document(reports, identity).write(fh, pretty=True)
