@@ -145,7 +145,8 @@ def write(out: Path, labs: Sequence[Mapping[str, Any]], rows: Sequence[StudentRe
         missing = sum(1 for r in scored if str(lab["id"]) in r.not_handed_in) + nothing
         lines.append(f"| `{lab['id']}` | " + " | ".join(map(str, band_counts(scores, float(lab["max_points"])))) + f" | {missing} |")
     lines.append("| **total** | " + " | ".join(map(str, band_counts(totals, max_total))) + " |  |")
-    pictures = plots.write(out, labs, scored, " ".join(warning).replace("> ", "").replace("**", "").strip())
+    not_final = " ".join(line for line in warning if "Not a final grade" in line)  # the pictures' title
+    pictures = plots.write(out, labs, scored, not_final.replace("> ", "").replace("**", "").strip())
     lines += [""] + ([f"![{title}]({rel})" for title, rel in pictures.images] or [pictures.note]) + [""]
     lines += ["## Checks", "", "How many students got each verdict, per check (pass rate over the students the check ran for, "
               "not those it was skipped or held back for; labs not handed in are left out).", ""]
