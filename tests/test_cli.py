@@ -284,7 +284,7 @@ def test_readme_check_passes_on_the_committed_readmes(env):
 def test_validate_without_gpu_compares_what_can_run(env):
     proc = cli(env, "validate", "tiled_matmul", "-q")
     assert proc.returncode == 0, proc.stdout
-    assert "== validate tiled_matmul: 15 known solutions" in proc.stdout
+    assert "== validate tiled_matmul: 16 known solutions" in proc.stdout
     assert "all verdicts as expected" in proc.stdout
     assert "checks could not run on this machine and were not compared" in proc.stdout
 
