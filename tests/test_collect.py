@@ -98,6 +98,8 @@ def test_the_commit_at_the_deadline_is_graded_and_later_work_is_late_by_when_it_
     row = _rows(out)["alice"]
     assert (row["commit"], row["late_days"], row["penalty"]) == (second, "2", "0.2")
     assert row["collected_at"] == "2026-12-03T05:59:00Z"
+    # the on-time commit is named beside the late one, for graded_commit: best to grade both
+    assert (row["ontime_commit"], row["graded_commit"]) == (first, "latest")
     alice.commit("v3 after the cut-off", DEADLINE + 4 * DAY)
     alice.push()
     collect(entries, out, POLICY, allow_local=True, now=DEADLINE + 4 * DAY)
@@ -234,9 +236,13 @@ def test_a_collected_roster_is_graded_with_the_late_penalty_beside_the_raw_score
     late.commit("done late", DEADLINE + DAY, reference)
     late.push()
     collect(entries, folder, POLICY, allow_local=True, now=DEADLINE + 36 * HOUR)
-    assert roster.load(folder / ROSTER)[1].late == {"deadline": "2026-12-01T23:59:00Z", "collected_at": "2026-12-03T11:59:00Z",
-                                                   "late_days": 2, "penalty": 0.2,
-                                                   "flags": [f"{LOCAL}{late.bare}"]}
+    late_info = roster.load(folder / ROSTER)[1].late
+    assert late_info is not None
+    ontime_commit = late_info.pop("ontime_commit")
+    assert late_info == {"deadline": "2026-12-01T23:59:00Z", "collected_at": "2026-12-03T11:59:00Z",
+                         "late_days": 2, "penalty": 0.2, "graded_commit": "latest",
+                         "flags": [f"{LOCAL}{late.bare}", f"an on-time commit {ontime_commit[:12]} was collected by the deadline; "
+                                   "the later one is graded (graded_commit: latest)"]}
     results = tmp_path / "results"
     code = cli.main(["grade-class", "--roster", str(folder / ROSTER), "--out", str(results), "--lab", "tiled_matmul",
                      "--no-gpu", "-q"])

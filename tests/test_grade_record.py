@@ -71,7 +71,7 @@ def _valid(out: Path) -> None:
 
     schemas = Path(__file__).resolve().parent.parent / "schemas"
     rows = jsonschema.Draft202012Validator(json.loads((schemas / "grades.schema.json").read_text()))
-    text = ("student", "status", "problems", "commit", "not_run", "late_flags", "grade_status")
+    text = ("student", "status", "problems", "commit", "not_run", "late_flags", "grade_status", "sandbox")
     for row in _csv(out / "grades.csv").values():
         rows.validate({k: v if k in text or v == "" else int(v) if k == "late_days" else float(v) for k, v in row.items()})
     reports = jsonschema.Draft202012Validator(json.loads((schemas / "report.schema.json").read_text()))
@@ -242,9 +242,9 @@ def collected(tmp_path_factory) -> tuple[Path, str]:
         f"{sid},remotes/{sid}.git,{3 if sid == 'ext' else ''}" for sid in ("late", "ext", "empty", "ontime")) + "\n")
     entries = load_entries(base / "collect.csv", DEADLINE)
     folder = base / "collected"
-    collect(entries, folder, POLICY, now=DEADLINE)
+    collect(entries, folder, POLICY, now=DEADLINE, allow_local=True)
     _push(remotes["late"], _reference(), "done late", DEADLINE + HOUR)
-    collect(entries, folder, POLICY, now=DEADLINE + 20 * HOUR)
+    collect(entries, folder, POLICY, now=DEADLINE + 20 * HOUR, allow_local=True)
     (base / "canvas-export.csv").write_text(CANVAS_SIS.replace("jdoe", "ontime").replace(",gone,", ",empty,"))
     (base / "moodle-ids.csv").write_text(MOODLE_IDS.replace("jdoe", "ontime").replace("gone", "empty"))
     out = base / "results"
@@ -311,9 +311,9 @@ def test_the_late_policy_chooses_latest_or_best_and_names_the_on_time_commit(tmp
     entries_csv.write_text(f"alice,{alice.bare}\n")
     entries = load_entries(entries_csv, DEADLINE)
     folder = tmp_path / "collected"
-    collect(entries, folder, policy, now=DEADLINE + 5 * datetime.timedelta(minutes=1))
+    collect(entries, folder, policy, now=DEADLINE + 5 * datetime.timedelta(minutes=1), allow_local=True)
     second = _push(alice, _stub(), "a trivial change after the deadline", DEADLINE + HOUR)
-    rows = collect(entries, folder, policy, now=DEADLINE + 2 * HOUR)
+    rows = collect(entries, folder, policy, now=DEADLINE + 2 * HOUR, allow_local=True)
     assert rows[0].commit == second and rows[0].late_days == "1"
     collections = json.loads((folder / STATE).read_text())["students"]["alice"]["collections"]
     assert policy.roster_columns(collections, DEADLINE, second) == {"ontime_commit": first, "graded_commit": "best"}

@@ -52,7 +52,8 @@ ROSTER = "roster.csv"
 REPOS = "repos"
 STATE_VERSION = 1
 #: The columns of the roster ``collect`` writes (``grade-class`` reads every one of them).
-COLUMNS = ("student", "path", "commit", "collected_at", "deadline", "late_days", "penalty", "flags", "problem")
+COLUMNS = ("student", "path", "commit", "collected_at", "deadline", "late_days", "penalty", "flags", "problem", "ontime_commit",
+           "graded_commit")
 FETCHES_AT_ONCE = 8
 #: The collect roster, read by the same parser and header rules as ``grade-class``'s.
 LAYOUT = Layout("a collect roster", ("student", "repository", "extension"), ("student", "repository", "extension"),
@@ -96,6 +97,8 @@ class Row:
     flags: str
     problem: str
     note: str  # what this run did, for the terminal
+    ontime_commit: str = ""  # the last commit collected on time, where a later one is graded (graded_commit: best)
+    graded_commit: str = ""  # the policy's choice: latest or best
 
 
 def parse_time(text: str, what: str) -> datetime.datetime:
@@ -264,8 +267,9 @@ def row_for(entry: Entry, record: Record | None, policy: LatePolicy, note: str) 
                      f"may hold {SOURCE_LIMIT_BYTES >> 20} MiB): {chosen['left_out']}; graded as too large")
     if gitfetch.is_local(entry.source):
         flags.append(f"collected from a folder of this machine, not a hosted repository (--allow-local): {redact(entry.source)}")
+    which = policy.roster_columns(record.collections, entry.deadline, chosen["commit"])
     return Row(entry.student, path, chosen["commit"], utc_stamp(first), utc_stamp(entry.deadline), str(days),
-               f"{policy.penalty(days):.4g}", " | ".join(flags), "", note)
+               f"{policy.penalty(days):.4g}", " | ".join(flags), "", note, which["ontime_commit"], which["graded_commit"])
 
 
 def roster_csv(rows: list[Row]) -> str:
@@ -274,7 +278,7 @@ def roster_csv(rows: list[Row]) -> str:
     writer.writerow(COLUMNS)
     for r in rows:
         writer.writerow([r.student, r.path, r.commit, r.collected_at, r.deadline, r.late_days, r.penalty,
-                         sheet_cell(r.flags), sheet_cell(r.problem)])
+                         sheet_cell(r.flags), sheet_cell(r.problem), r.ontime_commit, r.graded_commit])
     return buf.getvalue()
 
 

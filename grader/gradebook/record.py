@@ -102,6 +102,16 @@ def whole_failure(record: StudentRecord) -> str:
     return next(iter(firsts.values()))
 
 
+#: How a compile check begins when the student's own file is at fault: their grade, 0 for the lab.
+OWN_FILE = ("compile error", "link error", "compile failed", "compilation of ")
+
+
+def _students_own(failure: str) -> bool:
+    """Whether a failure that stopped every lab is the student's own file's (it did not compile, or
+    it is too large): a grade of 0, not a grade that could not be given."""
+    return failure.startswith(OWN_FILE) or "labs/" in failure[:300]
+
+
 def _status(record: StudentRecord, not_run: Sequence[str]) -> tuple[str, str]:
     if not record.graded:
         return "error", "no results for this student"
@@ -114,7 +124,7 @@ def _status(record: StudentRecord, not_run: Sequence[str]) -> tuple[str, str]:
         return "not_handed_in", "no lab file: " + ", ".join(f"labs/{lab}/student.cu" for lab in record.not_handed_in)
     if failure.startswith(LOST) or INTERNAL_ERROR in failure:
         return "partial", failure
-    if failure:
+    if failure and not _students_own(failure):
         return "error", failure
     lost = next((clean_line(v.message) for v in record.verdicts if INTERNAL_ERROR in v.message), "")
     if lost:
