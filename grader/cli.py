@@ -21,7 +21,7 @@ from typing import Sequence
 from . import completion
 from .cachedirs import default_cache_dir
 from .classroom import stopping
-from .classroom.collect import ROSTER, collect, load_entries, parse_time
+from .classroom.collect import ROSTER, collect, first_run_late, load_entries, load_state, parse_time
 from .classroom.progress import make as class_display
 from .classroom.roster import from_folder as roster_folder
 from .classroom.roster import load as load_roster
@@ -332,6 +332,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
     deadline = parse_time(args.deadline, "--deadline")
     policy = load_policy(args.late_policy) if args.late_policy else LatePolicy()
     entries = load_entries(args.roster, deadline)
+    late_start = first_run_late(load_state(args.into) if args.into.is_dir() else {}, deadline, policy)
+    if late_start:
+        _say(f"warning: {late_start}")
     started = time.monotonic()
     rows = collect(entries, args.into, policy, progress=_progress(args), allow_local=args.allow_local)
     took = time.monotonic() - started
@@ -341,6 +344,12 @@ def cmd_collect(args: argparse.Namespace) -> int:
     for r in rows:
         if r.problem or r.flags:
             print(f"  {r.student}: {r.problem or 'flagged: ' + r.flags}")
+    late = [f"{r.student} ({plural(int(r.late_days), 'day')}, {float(r.penalty):.0%} off)" for r in rows
+            if r.late_days.isdigit() and int(r.late_days) > 0]
+    if late:
+        print(f"late: {', '.join(late)}")
+    if late_start:
+        _say(f"warning: {late_start}")
     return EXIT_OK
 
 

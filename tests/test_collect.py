@@ -354,3 +354,28 @@ def test_a_local_partial_clone_cannot_make_collect_run_its_uploadpack_command(tm
     rows = collect(_entries({"alice": alice}), tmp_path / "out", POLICY, allow_local=True, now=DEADLINE)
     assert not marker.exists() and not rows[0].commit
     assert rows[0].problem.startswith("collect: git fetch failed: ") and "promisor remote" in rows[0].problem
+
+
+def test_a_first_collection_that_starts_after_the_deadline_warns_and_names_the_late_students(tmp_path, capsys):
+    """Nothing collected yet and the run starts after the deadline: every student would be late by
+    when they are collected, so the TA is warned, and the terminal names the late students."""
+    from grader.classroom.collect import first_run_late, load_state
+
+    alice = Student(tmp_path, "alice")
+    alice.commit("v1", datetime.datetime(2025, 12, 31, tzinfo=datetime.timezone.utc))
+    alice.push()
+    path = tmp_path / "collect.csv"
+    path.write_text(f"student,repository\nalice,{alice.bare}\n")
+    policy = tmp_path / "late.yaml"
+    policy.write_text("late_days: 366\npenalty_per_day: 10\n")
+    code = cli.main(["collect", str(path), "--deadline", "2026-01-01T00:00:00Z", "--into", str(tmp_path / "c"),
+                     "--late-policy", str(policy), "--allow-local", "-q"])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "warning: this is the first collection for the deadline 2026-01-01T00:00:00Z" in err
+    assert "late: alice (" in out and "100% off)" in out
+    # once something was collected, a later run is no first collection
+    state = load_state(tmp_path / "c")
+    assert first_run_late(state, DEADLINE, POLICY, now=DEADLINE + DAY) == ""
+    assert first_run_late({}, DEADLINE, POLICY, now=DEADLINE + POLICY.grace) == ""
+    assert first_run_late({}, DEADLINE, POLICY, now=DEADLINE + HOUR).startswith("this is the first collection")

@@ -224,6 +224,20 @@ def _collect_one(entry: Entry, before: Record, clone: Path, now: datetime.dateti
         return _failed(_copy(before), _grader_error(exc), at)
 
 
+def first_run_late(state: dict[str, Record], deadline: datetime.datetime, policy: LatePolicy,
+                   now: datetime.datetime | None = None) -> str:
+    """Why this run makes everyone late ("" if it does not): nothing has been collected for the
+    deadline yet, and the run starts after it (and its grace), so every student it collects is
+    late by when their work is first collected."""
+    now = now or _now()
+    if any(rec.collections for rec in state.values()) or now <= deadline + policy.grace:
+        return ""
+    return (f"this is the first collection for the deadline {utc_stamp(deadline)} and it starts at {utc_stamp(now)}, "
+            "after it: every student it collects is late by when their work is collected now. Run collect at the "
+            "deadline (cron, a scheduled job); for a deadline already past, set grace_minutes in the late policy to "
+            "cover the delay, or treat this run's late days with care")
+
+
 def graded(record: Record, deadline: datetime.datetime, policy: LatePolicy) -> tuple[dict[str, str] | None, datetime.datetime | None]:
     """The collection graded (the last one before the cut-off, else the first) and when its commit
     was first collected."""
