@@ -7,7 +7,7 @@ from __future__ import annotations
 import headless
 import pytest
 
-from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage
+from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage, fmt_points
 from grader.report import files, html, roofline
 
 ENV = {"device.peak_fp32_gflops": 66900.0, "device.peak_dram_gbps": 3352.3, "gpu": "NVIDIA H100 80GB HBM3"}
@@ -125,3 +125,14 @@ def test_a_headless_browser_shows_the_banner_and_the_grouped_skips(tmp_path):
     assert dom.count('<td class="o skipped">skipped</td>') == 2 and "<script" not in dom
     shot = headless.screenshot(path.as_uri(), tmp_path / "report.png", tmp_path / "profile", (1000, 700))
     assert shot[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_page_gives_the_grade_after_the_late_penalty_with_the_score_before_it():
+    """A late student's page shows what every other output gives: the grade after the penalty."""
+    raw = _report()
+    late = {"student": "bob", "late": {"late_days": 1, "penalty": 0.1, "deadline": "2026-12-01T23:59:00Z"}}
+    page = html.render([raw], late)
+    after = round(raw.score * 0.9, 2)
+    assert f"<title>CUDA labs: {fmt_points(after)}/" in page and raw.score != after
+    assert f"before a 10% late penalty: 1 late day)</h1>" in page
+    assert "late penalty" not in html.render([raw], {"student": "alice"})

@@ -16,7 +16,7 @@ from ..errors import INTERNAL_ERROR
 from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..textutil import HTML_CSP, cap_lines, clean, html_line, html_text, plural
 from . import roofline
-from .text import by_reason, identity_line, score_line
+from .text import by_reason, graded_total, identity_line, score_line
 
 CSP = HTML_CSP
 STYLE = """
@@ -86,13 +86,15 @@ def _lab(r: LabReport) -> list[str]:
 
 
 def render(reports: list[LabReport], identity: Mapping[str, Any] | None = None) -> str:
-    total = round(sum(r.score for r in reports), 2)
+    # the grade after any late penalty, the score before it said beside it (as report.md does)
+    total, penalty = graded_total(round(sum(r.score for r in reports), 2), identity)
     top = round(sum(r.max_score for r in reports), 2)
     who = identity_line(identity or {})
     parts = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
              f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
              f"<title>CUDA labs: {fmt_points(total)}/{fmt_points(top)}</title><style>{STYLE}</style></head><body>",
-             f"<h1>CUDA labs: {fmt_points(total)}/{fmt_points(top)} points over {plural(len(reports), 'lab')}</h1>"]
+             f"<h1>CUDA labs: {fmt_points(total)}/{fmt_points(top)} points over {plural(len(reports), 'lab')}"
+             + (f" ({html_line(penalty)})" if penalty else "") + "</h1>"]
     if who:
         parts.append(f'<p class="who">{html_line(who)}</p>')
     parts += _not_final(reports)
