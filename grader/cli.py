@@ -25,7 +25,7 @@ from .classroom.collect import ROSTER, collect, first_run_late, load_entries, lo
 from .classroom.progress import make as class_display
 from .classroom.roster import from_folder as roster_folder
 from .classroom.roster import load as load_roster
-from .classroom.run import MAX_PER_GPU, ClassOptions, grade_class
+from .classroom.run import MAX_PER_GPU, ClassOptions, class_sandbox, grade_class
 from .classroom.shard import parse as parse_shard
 from .cliparser import parser as _parser
 from .course import readme
@@ -188,6 +188,7 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
     if not 1 <= args.per_gpu <= MAX_PER_GPU:
         raise GraderError(f"--per-gpu: expected a number of students from 1 to {MAX_PER_GPU}, got {args.per_gpu}")
     course_labs("grade-class")  # before anything is read: a repository's own lab files never grade a class
+    class_sandbox(GradeOptions(sandbox=not args.no_sandbox))  # no sandbox, no class: before --out is made
     stopping.install()  # Ctrl-C, SIGTERM, SIGHUP: students in flight are not published
     asked = _export_args(args)
     roster = load_roster(args.roster) if args.roster else roster_folder(args.class_dir)
