@@ -244,7 +244,8 @@ def test_a_collected_class_shows_each_students_standing_score_late_days_penalty_
     # bob: the score after the penalty, as grades.csv has it, with the raw score beside it
     assert float(grades["bob"]["total"]) == pytest.approx(0.8 * float(grades["bob"]["raw_total"])) and float(grades["bob"]["total"]) > 0
     assert bob[1:5] == ["graded", f"{grades['bob']['total']} ({grades['bob']['raw_total']} before the penalty)", "2", "20%"]
-    assert bob[5].startswith("2 flags") and local in bob[5]
+    # the local folder, the commit's date against its collection, and the on-time commit the late one replaced
+    assert bob[5].startswith("3 flags") and local in bob[5] and "an on-time commit " in bob[5]
     assert "commit dated 2026-12-01T21:59:00Z, before the deadline, but first collected at" in bob[5]
     assert carol[1:6] == ["not due yet", "–", "", "", ""] and set(page.cells("carol")) == {"notdue"}
     assert dave[1:6] == ["not handed in", "–", "", "", ""] and set(page.cells("dave")) == {"missing"}
