@@ -20,6 +20,7 @@ from grader.counters.collect import array_slots
 from grader.counters.plan import Alloc, ArraySlot, Copy, Free, Launch, Memset, Patch, SymbolCopy, Unreplayable, find, plan_call
 from grader.counters.record import CopyRecord, LaunchRecord, MalformedRecord, SymbolRecord, parse
 from grader.counters.task import BadAnswer, CaseTask, case_result, parse_line, task_text
+from grader.host import toolchain
 from grader.isolation.build import RECORDED_CALLS, WRAPPED_LAUNCHES, lab_build
 from grader.isolation.options import GradeOptions
 from grader.isolation.sandbox import Sandbox
@@ -301,7 +302,29 @@ def test_the_device_code_is_taken_out_of_a_real_build_with_its_parameter_layout(
     assert cubin.read_cubin(module)[:4] == b"\x7fELF"
     assert "does not define" in cubin.module_of(modules, ["_Z5otherv"])
     assert cubin.module_of(modules, ["_Z5otherv", "_Z12conv1d_tiledPKfPfii"]) == module  # (the case with _Z5otherv is refused by its plan)
-    assert cubin.extract(library, tmp_path / "none", "sm_80") == []
+    with pytest.raises(cubin.CubinError, match=r"no sm_80 device code \(cuobjdump -xelf wrote .*reference\.sm_90\.cubin"):
+        cubin.extract(library, tmp_path / "none", "sm_80")
+
+
+def test_the_cubin_is_read_as_an_elf_file_not_from_cuobjdumps_listing(tmp_path):
+    """Kernels are the entries (a device function is not), a struct parameter keeps its size, and a
+    ``__device__`` array is a variable; a file that is not an ELF is refused by name."""
+    source = tmp_path / "k.cu"
+    source.write_text("""
+struct Box { double lo, hi; int n; };
+__device__ float table_d[16];
+__constant__ int consts_c[3];
+__device__ __noinline__ float helper(float x) { return x * table_d[1]; }
+__global__ void scaled(Box box, const float* in, float* out, char flag) { out[0] = helper(in[0]) + box.lo + consts_c[flag]; }
+__global__ void empty() {}
+""")
+    subprocess.run([str(toolchain.find("nvcc")), "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.sm_90.cubin"), str(source)],
+                   check=True, capture_output=True)
+    module = cubin.parse_elf((tmp_path / "k.sm_90.cubin").read_bytes(), tmp_path / "k.sm_90.cubin")
+    assert {k: v.params for k, v in module.kernels.items()} == {"_Z6scaled3BoxPKfPfc": (24, 8, 8, 1), "_Z5emptyv": ()}
+    assert {v.name: v.size for v in module.variables.values()} == {"table_d": 64, "consts_c": 12}
+    with pytest.raises(cubin.CubinError, match=r"^k\.cu is not a readable cubin"):
+        cubin.parse_elf(source.read_bytes(), source)
 
 
 # ---------------------------------------------------------------- the replayer program

@@ -17,6 +17,7 @@ compute the case's answer with these counts.
 from __future__ import annotations
 
 import functools
+import itertools
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ from .record import CallRecord, MalformedRecord, parse
 from .task import CaseTask, task_text
 
 Note = Callable[[str], None]
+#: Numbers each recording run of this process (a lab graded again gets folders of its own).
+_RECORDINGS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, fol
 
 def recorded(sub: Submission, cases: list[_Case]) -> dict[str, CallRecord | str]:
     """Each case's call recorded by one sandboxed worker (check id -> record, or why there is none)."""
-    dirs = sub.tool_dirs("replay-record")
+    dirs = sub.tool_dirs(f"replay-record{next(_RECORDINGS)}")
     tasks = [record_task(tool_task(sub, case.check, dirs.sub(f"case{i}"))) for i, case in enumerate(cases)]
     limit = sub.time_left(max(case.check.time_limit_s for case in cases))
     run = run_under_tool([], marked_tasks(tasks, [1] * len(tasks)), dirs, limit, sub.isolation)

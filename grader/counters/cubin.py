@@ -2,19 +2,26 @@
 what the grader reads from it first (its kernels' parameter layout, its device variables).
 
 ``cuobjdump -xelf all`` writes every ELF of the library's fat binaries (one per compiled file and
-arch: the student's file, the grader's support file); ``cuobjdump -elf`` on each prints its symbol
-table and, per kernel, an ``EIATTR_KPARAM_INFO`` line per parameter (ordinal, offset, size). The
-grader builds the library itself with nvcc, so these are the compiler's facts, not the student's
-claims: a record whose launches do not fit them is refused before any replay.
+arch: the student's file, the grader's support file). Each is then read as an ELF file (pyelftools
+for its sections): the kernels are the symbols marked as entries, each parameter's size is in the
+kernel's ``.nv.info.NAME`` section (``EIATTR_KPARAM_INFO``), and the device variables are the
+objects of the ``.nv.constant3`` and ``.nv.global`` sections. cuobjdump's own listing of these is
+not read: its layout differs between toolkit releases (13.0's ``-elf`` prints no symbol table).
+The grader builds the library itself with nvcc, so these are the compiler's facts, not the
+student's claims: a record whose launches do not fit them is refused before any replay.
 """
 
 from __future__ import annotations
 
-import re
+import io
+import struct
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
 
 from ..host import toolchain
 from ..host.safeio import read_file
@@ -24,10 +31,14 @@ OUTPUT_LIMIT_BYTES = 16 << 20
 CUBIN_LIMIT_BYTES = 64 << 20
 TIME_LIMIT_S = 120.0
 
-_SECTION = re.compile(r"^\s*([0-9a-f]+)\s+[0-9a-f]+\s+[0-9a-f]+\s+[0-9a-f]+\s+[0-9a-f]+\s+\S+\s+[0-9a-f]+\s+[0-9a-f]+\s+[0-9a-f]+\s+(\S+)\s*$")
-_SYMBOL = re.compile(r"^\s*(?:0x)?[0-9a-f]+\s+(?:0x)?([0-9a-f]+)\s+(?:0x)?([0-9a-f]+)\s+(\w+)\s+(\w+)\s+\w+\s+(\S+)\s+(?:0x)?([0-9a-f]+)\s+(\S+)\s*$")
-_PARAM = re.compile(r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x([0-9a-f]+)\s+Size\s*:\s*0x([0-9a-f]+)")
-_INFO = re.compile(r"^\.nv\.info\.(\S+)\s*$")
+#: An ELF64 symbol: name, info, other, section index, value, size.
+_SYMBOL = struct.Struct("<IBBHQQ")
+_STT_OBJECT, _STT_FUNC = 1, 2
+#: ``st_other`` flag of a kernel (an entry point) in a CUDA ELF.
+_STO_CUDA_ENTRY = 0x10
+#: ``.nv.info`` records: format byte, attribute byte, then 2 bytes of value or (EIFMT_SVAL) of size.
+_EIFMT_SVAL = 0x04
+_EIATTR_KPARAM_INFO = 0x17
 
 
 class CubinError(RuntimeError):
@@ -56,36 +67,58 @@ class Module:
     variables: Mapping[str, Variable] = field(default_factory=dict)
 
 
-def parse_elf(text: str, path: Path) -> Module:
-    """The kernels and variables of one cubin from ``cuobjdump -elf``'s listing of it."""
-    sections: dict[int, str] = {}
-    entries: list[str] = []
-    params: dict[str, list[tuple[int, int]]] = {}
-    variables: dict[str, Variable] = {}
-    info_of = ""
-    for line in text.splitlines():
-        if (m := _SECTION.match(line)) and m.group(2).startswith("."):
-            sections[int(m.group(1), 16)] = m.group(2)
-        elif m := _SYMBOL.match(line):
-            size, kind, other, index, name = m.group(2), m.group(3), m.group(5), m.group(6), m.group(7)
-            if kind == "FUNC" and other == "ENTRY":
-                entries.append(name)
-            elif kind == "OBJECT" and sections.get(int(index, 16), "").startswith((".nv.constant3", ".nv.global")):
-                variables[name] = Variable(name, int(size, 16))
-        elif m := _INFO.match(line.strip()):
-            info_of = m.group(1)
-        elif (m := _PARAM.search(line)) and info_of:
-            params.setdefault(info_of, []).append((int(m.group(1), 16), int(m.group(3), 16)))
-    kernels = {name: Kernel(name, tuple(size for _, size in sorted(params.get(name, [])))) for name in entries}
+def parse_elf(data: bytes, path: Path) -> Module:
+    """The kernels and variables of one cubin (its bytes)."""
+    try:
+        elf = ELFFile(io.BytesIO(data))
+        sections = [sec.name for sec in elf.iter_sections()]
+        symtab = elf.get_section_by_name(".symtab")
+        strtab = elf.get_section_by_name(".strtab")
+        if symtab is None or strtab is None:
+            return Module(path)
+        names, raw = strtab.data(), symtab.data()
+        kernels: dict[str, Kernel] = {}
+        variables: dict[str, Variable] = {}
+        for at in range(0, len(raw) - _SYMBOL.size + 1, _SYMBOL.size):
+            name_at, info, other, shndx, _, size = _SYMBOL.unpack_from(raw, at)
+            name = names[name_at:names.index(b"\0", name_at)].decode(errors="replace")
+            kind = info & 0xF
+            if kind == _STT_FUNC and other & _STO_CUDA_ENTRY:
+                info_section = elf.get_section_by_name(f".nv.info.{name}")
+                kernels[name] = Kernel(name, _param_sizes(info_section.data() if info_section is not None else b""))
+            elif kind == _STT_OBJECT and 0 < shndx < len(sections) and sections[shndx].startswith((".nv.constant3", ".nv.global")):
+                variables[name] = Variable(name, size)
+    except (ELFError, ValueError, struct.error) as exc:
+        raise CubinError(f"{path.name} is not a readable cubin: {exc}") from None
     return Module(path, kernels, variables)
+
+
+def _param_sizes(info: bytes) -> tuple[int, ...]:
+    """Each parameter's size in bytes, by ordinal, from a kernel's ``.nv.info.NAME`` records."""
+    sizes: dict[int, int] = {}
+    at = 0
+    while at + 4 <= len(info):
+        fmt, attr, value = struct.unpack_from("<BBH", info, at)
+        at += 4
+        if fmt != _EIFMT_SVAL:
+            continue
+        if attr == _EIATTR_KPARAM_INFO and value >= 12:
+            _, ordinal, _, flags = struct.unpack_from("<IHHI", info, at)
+            sizes[ordinal] = (flags >> 18) & 0x3FFF
+        at += value
+    return tuple(sizes[i] for i in sorted(sizes))
 
 
 def extract(library: Path, folder: Path, arch: str) -> list[Module]:
     """Every cubin for ``arch`` (``sm_90``) in ``library``, written into ``folder`` (the grader's)."""
     folder.mkdir(parents=True, exist_ok=True)
     _cuobjdump(["-xelf", "all", str(library.resolve())], folder)
-    found = sorted(p for p in folder.iterdir() if p.name.endswith(f".{arch}.cubin") and p.is_file() and not p.is_symlink())
-    return [parse_elf(_cuobjdump(["-elf", p.name], folder), p) for p in found]
+    written = sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink())
+    found = [p for p in written if p.name.endswith(f".{arch}.cubin")]
+    if not found:
+        names = ", ".join(p.name for p in written[:6]) or "nothing"
+        raise CubinError(f"the library holds no {arch} device code (cuobjdump -xelf wrote {names})")
+    return [parse_elf(read_file(p, CUBIN_LIMIT_BYTES, "a cubin"), p) for p in found]
 
 
 def module_of(modules: Iterable[Module], kernels: Iterable[str]) -> Module | str:
