@@ -100,8 +100,18 @@ def _timed(owner: object, name: str, spent: list[float]) -> None:
 def part_replay(rounds: int) -> bool:
     recording: list[float] = []
     replaying: list[float] = []
+    exclusive: list[float] = []
     _timed(collect, "recorded", recording)
     _timed(service.Replayer, "run", replaying)
+    real_run = service.Replayer.run
+
+    def held(self: service.Replayer, *args: object, **kwargs: object) -> object:
+        self.profiled_seconds = 0.0
+        try:
+            return real_run(self, *args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            exclusive.append(self.profiled_seconds)
+    service.Replayer.run = held  # type: ignore[method-assign,assignment]
     notes: list[str] = []
     ok, per_round = True, [0.0] * rounds
     options = dataclasses.replace(OPTIONS, counters=False)
@@ -128,7 +138,9 @@ def part_replay(rounds: int) -> bool:
             grading.close()
     n = len(lab_ids())
     text = (f"a student's {n} labs warm, per round: {', '.join(f'{s:.2f}' for s in per_round)} s; recording "
-            f"(one worker per lab) {sum(recording[-n:]):.2f} s, the replayer's tasks {sum(replaying[-n:]):.2f} s in the last round")
+            f"(one worker per lab) {sum(recording[-n:]):.2f} s, the replayer's tasks {sum(replaying[-n:]):.2f} s in the last round, "
+            f"of which the profiling lock was held (exclusive) {sum(exclusive[-n:]):.2f} s; per round "
+            f"{', '.join(f'{sum(exclusive[r * n:(r + 1) * n]):.2f}' for r in range(rounds))} s")
     return say(ok and not notes, "replay", text + (f"; fell back: {notes[:3]}" if notes else ""))
 
 

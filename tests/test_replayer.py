@@ -402,6 +402,88 @@ def test_a_replayer_without_a_gpu_says_so_and_every_case_goes_to_the_profiler(re
         runner.close()
 
 
+STAND_IN = """#!PYTHON
+# speaks the replayer's protocol; notes whether the profiling lock was held when it prepared and profiled
+import fcntl, json, os, sys, time
+answers = os.fdopen(int(sys.argv[2]), "w")
+def say(obj):
+    answers.write(json.dumps(obj) + "\\n"); answers.flush()
+def lock_held():
+    with open(LOCK, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+say({"status": "ready", "chip": "GH100"})
+for line in sys.stdin:
+    if line.startswith("quit"):
+        break
+    task = line.split()[1]
+    cases = []
+    for line in sys.stdin:
+        if line.startswith("case "):
+            cases.append(line.split()[1])
+        if line.startswith("end"):
+            break
+    notes = {"prepared": lock_held()}
+    say({"task": task, "status": "prepared", "seconds": 0.1})
+    assert sys.stdin.readline() == "go\\n"
+    notes["profiled"] = lock_held()
+    if task == "hang":
+        time.sleep(600)
+    say({"task": task, "status": "profiled", "seconds": 0.2})
+    open(NOTES, "a").write(json.dumps(notes) + "\\n")
+    for case in cases:
+        if task == "forged":
+            say({"case": case, "status": "ok", "values": {"a.sum": 1}, "passes": 1, "planned": 1, "ranges": 1, "seconds": 0, "extra": 1})
+        else:
+            say({"case": case, "status": "ok", "values": {"a.sum": 7}, "passes": 1, "planned": 1, "ranges": 1, "seconds": 0.1})
+    say({"task": task, "status": "done", "seconds": 0.3})
+"""
+
+
+def test_a_task_is_prepared_outside_the_profiling_lock_and_profiled_inside_it(tmp_path, monkeypatch):
+    """The replayer's protocol, against a stand-in that speaks it (the real one runs in the GPU tests):
+    only the profiling holds the GPU's profiling lock; an answer out of shape, or a replayer that
+    stops answering, fails every case of the task with the reason and ends the process."""
+    import sys
+
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    monkeypatch.setenv("GRADER_LOCK_DIR", str(locks))
+    stand_in = tmp_path / "replay"
+    stand_in.write_text(STAND_IN.replace("PYTHON", sys.executable).replace("LOCK", repr(str(locks / "grader-ncu.lock")), 1)
+                        .replace("NOTES", repr(str(tmp_path / "notes")), 1))
+    stand_in.chmod(0o755)
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    runner = service.Replayer(stand_in, stage, Sandbox(None, reason="off"))
+    asked = {"c0": ("a.sum",), "c1": ("a.sum",)}
+    text = "task {} /x.cubin\ncase c0\nrun\ncase c1\nrun\nend\n"
+    try:
+        results = runner.run(text.format("ok"), asked, 30.0)
+        assert {k: (r.values, r.reason) for k, r in results.items()} == {"c0": ({"a.sum": 7.0}, ""), "c1": ({"a.sum": 7.0}, "")}
+        assert json.loads((tmp_path / "notes").read_text()) == {"prepared": False, "profiled": True}
+        assert runner.profiled_seconds > 0 and runner.proc is not None  # (kept for the next task)
+
+        results = runner.run(text.format("forged"), asked, 30.0)
+        assert all("a malformed answer (its keys are" in r.reason for r in results.values()), results
+        assert runner.proc is None  # (ended: the next task starts a fresh one)
+
+        results = runner.run(text.format("hang"), asked, 2.0)
+        assert all(r.reason == "the replayer stopped: no answer within 2 s" for r in results.values()), results
+        assert runner.proc is None
+        assert not any(json.loads(line).get("hang") for line in (tmp_path / "notes").read_text().splitlines())
+    finally:
+        runner.close()
+    import fcntl
+
+    with open(locks / "grader-ncu.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (let go after the hung task)
+
+
 def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_types_build, replayer, tmp_path):
     """The whole replay path, run where it cannot succeed: the recording worker finds no GPU, and
     each case is left to the profiler with that reason; nothing is settled."""

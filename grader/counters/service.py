@@ -127,6 +127,8 @@ class Replayer:
         self.unavailable = ""
         self._lock = threading.Lock()
         self._tasks = 0
+        #: The seconds the last task held the profiling lock (the replay's exclusive time).
+        self.profiled_seconds = 0.0
 
     def _start(self) -> None:
         # Answers come through a pipe of their own: what a student's kernel printfs goes to standard output.
@@ -158,12 +160,13 @@ class Replayer:
                 lines.put(line)
         lines.put(None)
 
-    def _answer(self, limit_s: float) -> dict[str, Any]:
-        """The next answer line, or {"problem": why} where none came in time or it was not JSON."""
+    def _answer(self, wait_s: float, limit_s: float | None = None) -> dict[str, Any]:
+        """The next answer line, or {"problem": why} where none came within ``wait_s`` (what is left
+        of the limit ``limit_s``) or it was not JSON."""
         try:
-            line = self.lines.get(timeout=limit_s)
+            line = self.lines.get(timeout=wait_s)
         except queue.Empty:
-            return {"problem": f"no answer within {limit_s:g} s"}
+            return {"problem": f"no answer within {wait_s if limit_s is None else limit_s:g} s"}
         if line is None:
             return {"problem": "it ended"}
         try:
@@ -178,44 +181,63 @@ class Replayer:
 
     def run(self, text: str, metrics: Mapping[str, tuple[str, ...]], limit_s: float) -> dict[str, CaseResult]:
         """Run one task (``task.task_text``) whose cases profile ``metrics`` (case id -> metrics): a
-        result for every case, failed ones with the reason."""
-        with self._lock, gputurns.step(), profiling_lock(limit_s, lock_folder(self.gpu)):
-            return self._run(text, metrics, limit_s)
+        result for every case, failed ones with the reason.
 
-    def _run(self, text: str, metrics: Mapping[str, tuple[str, ...]], limit_s: float) -> dict[str, CaseResult]:
-        if self.proc is None and not self.unavailable:
-            self._start()
-        if self.proc is None:
-            return {case: CaseResult(case, reason=self.unavailable) for case in metrics}
-        results: dict[str, CaseResult] = {}
-        why = ""
-        # written beside the answers, so that a replayer stuck in a kernel cannot hold the grader past the limit
-        threading.Thread(target=self._send, args=(self.proc, text), daemon=True, name="replayer-task").start()
-        deadline = time.monotonic() + limit_s
-        while not why:
-            answer = self._answer(max(0.0, deadline - time.monotonic()))
+        Three steps of GPU work: the replayer prepares the task (module, inputs, buffers), then,
+        with the GPU's profiling lock held (the lock first, then the turn, as for a profiler run),
+        profiles it, then writes the outputs and answers; only the profiling is exclusive."""
+        with self._lock:
+            if self.proc is None and not self.unavailable:
+                with gputurns.step():
+                    self._start()
+            if self.proc is None:
+                return {case: CaseResult(case, reason=self.unavailable) for case in metrics}
+            results: dict[str, CaseResult] = {}
+            deadline = time.monotonic() + limit_s
+            with gputurns.step():
+                # written beside the answers, so that a replayer stuck in a kernel cannot hold the grader past the limit
+                self._send(text)
+                why = self._answers(results, metrics, "prepared", deadline, limit_s)
+            if not why and len(results) < len(metrics):
+                with profiling_lock(limit_s, lock_folder(self.gpu)) as waited, gputurns.step():
+                    deadline, started = deadline + waited, time.monotonic()  # (the wait is not the task's time)
+                    self._send("go\n")
+                    why = self._answers(results, metrics, "profiled", deadline, limit_s)
+                    self.profiled_seconds = time.monotonic() - started
+            elif not why:
+                self._send("go\n")  # (nothing left to profile)
+            if not why:
+                with gputurns.step():
+                    why = self._answers(results, metrics, "done", deadline, limit_s)
+            if why and "loading the cubin" not in why:
+                self.close(kill=True)  # (the next task starts a fresh process)
+            return {case: results.get(case) or CaseResult(case, reason=f"the replayer stopped: {why or 'no answer'}")
+                    for case in metrics}
+
+    def _answers(self, results: dict[str, CaseResult], metrics: Mapping[str, tuple[str, ...]], until: str,
+                 deadline: float, limit_s: float) -> str:
+        """Read answers into ``results`` until the task's ``until`` status: "" then, or why not."""
+        while True:
+            answer = self._answer(max(0.0, deadline - time.monotonic()), limit_s)
             if "problem" in answer or answer.get("status") == "fatal":
-                why = str(answer.get("problem") or answer.get("reason"))[:300]
-            elif "task" in answer:
-                if answer.get("status") != "done":
-                    why = str(answer.get("reason"))[:300]
-                break
-            else:
-                try:
-                    result = case_result(answer, metrics)
-                except BadAnswer as exc:
-                    why = f"a malformed answer ({exc})"
-                    break
-                results[result.id] = result
-        if why and "loading the cubin" not in why:
-            self.close(kill=True)  # (the next task starts a fresh process)
-        return {case: results.get(case) or CaseResult(case, reason=f"the replayer stopped: {why or 'no answer'}")
-                for case in metrics}
+                return str(answer.get("problem") or answer.get("reason"))[:300]
+            if "task" in answer:
+                if answer.get("status") == until:
+                    return ""
+                return str(answer.get("reason") or f"the task {answer.get('status')!r} before it was {until}")[:300]
+            try:
+                result = case_result(answer, metrics)
+            except BadAnswer as exc:
+                return f"a malformed answer ({exc})"
+            results[result.id] = result
+
+    def _send(self, text: str) -> None:
+        threading.Thread(target=self._write, args=(self.proc, text), daemon=True, name="replayer-task").start()
 
     @staticmethod
-    def _send(proc: subprocess.Popen[bytes], text: str) -> None:
+    def _write(proc: subprocess.Popen[bytes] | None, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):  # (a replayer that ended: its answers say so)
-            assert proc.stdin is not None
+            assert proc is not None and proc.stdin is not None
             proc.stdin.write(text.encode())
             proc.stdin.flush()
 

@@ -1,8 +1,9 @@
 // The grader's counter replayer: a trusted process with no student host code in it. It loads the
 // device code taken out of a student's library (a cubin), launches the recorded kernels itself on
 // buffers it owns, and reads the hardware counters with CUPTI's Range Profiler (user ranges, one
-// per launch, user replay: the sequence runs once per pass, its buffers refilled before each pass
-// and L2 flushed before each launch, as Nsight Compute's --cache-control all). Built by the grader
+// per launch, user replay: every case of a task in one session with the union of their metrics;
+// each pass runs each case's sequence, its buffers refilled before it and L2 flushed before each
+// launch, as Nsight Compute's --cache-control all). Built by the grader
 // with the toolkit's nvcc (grader/counters/service.py); the task format is written there too.
 //
 //   replay --answers FD serve: a line {"status": "ready", ...} (or "unavailable") on FD, then tasks on stdin
@@ -14,6 +15,7 @@
 #include <cupti_range_profiler.h>
 #include <cupti_target.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -334,7 +336,8 @@ static std::string refill(Gpu& g, Case& c, std::vector<Global>& globals) {
 // Steps [from, to) of one pass: each launch in a range of its own, L2 flushed before it (the first
 // launch's flush is the caller's, before the profiler starts: nothing but launches runs in a pass
 // of a case whose steps before its first launch run before it).
-static std::string run_steps(Gpu& g, Case& c, CUpti_RangeProfiler_Object* obj, cudaLibrary_t lib, size_t from, size_t to) {
+static std::string run_steps(Gpu& g, Case& c, CUpti_RangeProfiler_Object* obj, cudaLibrary_t lib, size_t from, size_t to,
+                             const std::string& prefix = "") {
     size_t launch = 0;
     for (size_t i = from; i < to; ++i) {
         Step& s = c.steps[i];
@@ -367,7 +370,7 @@ static std::string run_steps(Gpu& g, Case& c, CUpti_RangeProfiler_Object* obj, c
             for (auto& p : params) args.push_back(p.data());
             if (launch > 0) flush_l2(g);
             if (cudaDeviceSynchronize() != cudaSuccess) return "flushing L2";
-            std::string range = "launch" + std::to_string(launch++);
+            std::string range = prefix + std::to_string(launch++);
             CUpti_RangeProfiler_PushRange_Params pu = {CUpti_RangeProfiler_PushRange_Params_STRUCT_SIZE};
             pu.pRangeProfilerObject = obj;
             pu.pRangeName = range.c_str();
@@ -385,16 +388,28 @@ static std::string run_steps(Gpu& g, Case& c, CUpti_RangeProfiler_Object* obj, c
     return "";
 }
 
-struct Result {
+// The ranges of a session: one per launch, named "CASE-LAUNCH" (CASE: the case's index in the task).
+struct Session {
     size_t passes = 0, ranges = 0;
-    std::vector<double> values;
+    std::vector<std::vector<double>> values;  // per case, its metrics summed over its launches
 };
 
-static std::string profile(Gpu& g, Case& c, std::vector<Global>& globals, cudaLibrary_t lib, HostSet& set, Result& r) {
+static size_t launches_of(const Case& c) {
+    size_t n = 0;
+    for (auto& s : c.steps) n += s.op == "launch";
+    return n;
+}
+
+// Every case of a task in one profiling session with the union of their metrics (`metrics`, the set
+// `set`): each pass runs each case in turn, its buffers and the module's variables refilled, the
+// steps before its first launch run, L2 flushed, then its launches, each in a range of its own.
+// What runs between ranges (refills, flushes, copies) is in no range and counts for nothing.
+static std::string profile(Gpu& g, std::vector<Case*>& cases, std::vector<Global>& globals, cudaLibrary_t lib, HostSet& set,
+                           const std::vector<std::string>& metrics, Session& out) {
     size_t launches = 0;
-    for (auto& s : c.steps) launches += s.op == "launch";
-    std::vector<const char*> metrics;
-    for (auto& m : c.metrics) metrics.push_back(m.c_str());
+    for (auto* c : cases) launches += launches_of(*c);
+    std::vector<const char*> names;
+    for (auto& m : metrics) names.push_back(m.c_str());
     CUpti_RangeProfiler_Enable_Params en = {CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
     en.ctx = g.ctx;
     CP(cuptiRangeProfilerEnable(&en), "enable: ");
@@ -406,8 +421,8 @@ static std::string profile(Gpu& g, Case& c, std::vector<Global>& globals, cudaLi
     });
     CUpti_RangeProfiler_GetCounterDataSize_Params gs = {CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE};
     gs.pRangeProfilerObject = obj;
-    gs.pMetricNames = metrics.data();
-    gs.numMetrics = metrics.size();
+    gs.pMetricNames = names.data();
+    gs.numMetrics = names.size();
     gs.maxNumOfRanges = launches;
     gs.maxNumRangeTreeNodes = (uint32_t)launches;
     CP(cuptiRangeProfilerGetCounterDataSize(&gs), "counter data size: ");
@@ -431,25 +446,30 @@ static std::string profile(Gpu& g, Case& c, std::vector<Global>& globals, cudaLi
     sc.passIndex = 0;
     sc.targetNestingLevel = 1;
     CP(cuptiRangeProfilerSetConfig(&sc), "set config: ");
-    size_t first = 0;
-    while (first < c.steps.size() && c.steps[first].op != "launch") ++first;
     bool done = false;
-    while (!done && r.passes < 64) {
-        std::string why = refill(g, c, globals);
-        if (why.empty()) why = run_steps(g, c, obj, lib, 0, first);
-        if (!why.empty()) return why;
-        flush_l2(g);
-        if (cudaDeviceSynchronize() != cudaSuccess) return "flushing L2";
+    while (!done && out.passes < 64) {
         CUpti_RangeProfiler_Start_Params st = {CUpti_RangeProfiler_Start_Params_STRUCT_SIZE};
         st.pRangeProfilerObject = obj;
         CP(cuptiRangeProfilerStart(&st), "start: ");
-        why = run_steps(g, c, obj, lib, first, c.steps.size());
+        std::string why;
+        for (size_t k = 0; k < cases.size() && why.empty(); ++k) {
+            Case& c = *cases[k];
+            size_t first = 0;
+            while (first < c.steps.size() && c.steps[first].op != "launch") ++first;
+            why = refill(g, c, globals);
+            if (why.empty()) why = run_steps(g, c, obj, lib, 0, first);
+            if (why.empty()) {
+                flush_l2(g);
+                if (cudaDeviceSynchronize() != cudaSuccess) why = "flushing L2";
+            }
+            if (why.empty()) why = run_steps(g, c, obj, lib, first, c.steps.size(), std::to_string(k) + "-");
+        }
         CUpti_RangeProfiler_Stop_Params sp = {CUpti_RangeProfiler_Stop_Params_STRUCT_SIZE};
         sp.pRangeProfilerObject = obj;
         CUptiResult stopped = cuptiRangeProfilerStop(&sp);
         if (!why.empty()) return why;
         if (stopped != CUPTI_SUCCESS) return "stop: " + cupti_error(stopped);
-        r.passes++;
+        out.passes++;
         done = sp.isAllPassSubmitted;
     }
     if (!done) return "not every pass was submitted after 64 passes";
@@ -460,22 +480,35 @@ static std::string profile(Gpu& g, Case& c, std::vector<Global>& globals, cudaLi
     gi.pCounterDataImage = data.data();
     gi.counterDataImageSize = data.size();
     CP(cuptiRangeProfilerGetCounterDataInfo(&gi), "counter data info: ");
-    r.ranges = gi.numTotalRanges;
-    if (r.ranges != launches) return "the profiler kept " + std::to_string(r.ranges) + " ranges of " + std::to_string(launches);
-    r.values.assign(metrics.size(), 0.0);
-    for (size_t i = 0; i < r.ranges; ++i) {  // one range per launch, summed over the case
+    out.ranges = gi.numTotalRanges;
+    if (out.ranges != launches) return "the profiler kept " + std::to_string(out.ranges) + " ranges of " + std::to_string(launches);
+    out.values.assign(cases.size(), std::vector<double>(metrics.size(), 0.0));
+    std::vector<size_t> seen(cases.size(), 0);
+    for (size_t i = 0; i < out.ranges; ++i) {  // each range's values go to the case its name gives
+        CUpti_RangeProfiler_CounterData_GetRangeInfo_Params ri = {CUpti_RangeProfiler_CounterData_GetRangeInfo_Params_STRUCT_SIZE};
+        ri.pCounterDataImage = data.data();
+        ri.counterDataImageSize = data.size();
+        ri.rangeIndex = i;
+        ri.rangeDelimiter = "/";
+        CP(cuptiRangeProfilerCounterDataGetRangeInfo(&ri), "range info: ");
+        char* end = nullptr;
+        unsigned long k = ri.rangeName ? strtoul(ri.rangeName, &end, 10) : 0;
+        if (!ri.rangeName || end == ri.rangeName || *end != '-' || k >= cases.size()) return "a range the replay did not name";
+        seen[k]++;
         std::vector<double> v(metrics.size(), 0.0);
         CUpti_Profiler_Host_EvaluateToGpuValues_Params ep = {CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE};
         ep.pHostObject = set.host;
         ep.pCounterDataImage = data.data();
         ep.counterDataImageSize = data.size();
         ep.rangeIndex = i;
-        ep.ppMetricNames = metrics.data();
-        ep.numMetrics = metrics.size();
+        ep.ppMetricNames = names.data();
+        ep.numMetrics = names.size();
         ep.pMetricValues = v.data();
         CP(cuptiProfilerHostEvaluateToGpuValues(&ep), "evaluate: ");
-        for (size_t j = 0; j < v.size(); ++j) r.values[j] += v[j];
+        for (size_t j = 0; j < v.size(); ++j) out.values[k][j] += v[j];
     }
+    for (size_t k = 0; k < cases.size(); ++k)
+        if (seen[k] != launches_of(*cases[k])) return "the profiler kept other ranges than the replay's launches";
     return "";
 }
 
@@ -491,6 +524,7 @@ static std::string allocate(Case& c) {
         if (cudaMalloc(&b.live, b.size) != cudaSuccess || cudaMalloc(&b.pristine, b.size) != cudaSuccess) return "out of memory";
         if (b.contents.size() == b.size && cudaMemcpy(b.pristine, b.contents.data(), b.size, cudaMemcpyHostToDevice) != cudaSuccess)
             return "filling a buffer";
+        std::vector<uint8_t>().swap(b.contents);  // (the device copy is what each pass refills from)
     }
     return "";
 }
@@ -508,7 +542,7 @@ static std::string write_outputs(Case& c) {
     for (auto& [k, path] : c.outputs) {
         Buf& b = c.bufs[k];
         std::vector<uint8_t> out(b.size);
-        if (b.size && cudaMemcpy(out.data(), b.live, b.size, cudaMemcpyDeviceToHost) != cudaSuccess) return "reading an output";
+        if (b.size && cudaMemcpy(out.data(), b.live, b.size, cudaMemcpyDefault) != cudaSuccess) return "reading an output";
         std::ofstream f(path, std::ios::binary | std::ios::trunc);
         f.write((const char*)out.data(), (std::streamsize)out.size());
         if (!f) return "writing " + path;
@@ -525,47 +559,26 @@ static void end_if_lost() {
     exit(3);
 }
 
-static void run_case(Gpu& g, Case& c, std::vector<Global>& globals, cudaLibrary_t lib) {
-    double t0 = now_s();
-    std::string key, why = c.bad;
-    for (auto& m : c.metrics) key += m + " ";
-    if (why.empty() && !g.sets.count(key)) {
-        why = make_set(g.chip.c_str(), g.avail.data(), c.metrics, g.sets[key]);
-        if (!why.empty()) g.sets.erase(key);
-    }
-    Result r;
-    if (why.empty()) why = allocate(c);
-    if (why.empty()) why = profile(g, c, globals, lib, g.sets[key], r);
-    if (why.empty()) why = write_outputs(c);
-    release(c);
-    if (!why.empty()) {
-        emit("{\"case\": " + quoted(c.id) + ", \"status\": \"failed\", \"reason\": " + quoted(why) + "}");
-        end_if_lost();
-        return;
-    }
-    for (double v : r.values)
-        if (!std::isfinite(v)) {
-            emit("{\"case\": " + quoted(c.id) + ", \"status\": \"failed\", \"reason\": \"a metric value that is not finite\"}");
-            return;
-        }
-    std::string values;
-    for (size_t j = 0; j < c.metrics.size(); ++j) {
-        char num[64];
-        snprintf(num, sizeof num, "%.17g", r.values[j]);
-        values += (j ? ", " : "") + quoted(c.metrics[j]) + ": " + num;
-    }
-    char tail[160];
-    snprintf(tail, sizeof tail, ", \"passes\": %zu, \"planned\": %zu, \"ranges\": %zu, \"seconds\": %.6f}", r.passes,
-             g.sets[key].passes, r.ranges, now_s() - t0);
-    emit("{\"case\": " + quoted(c.id) + ", \"status\": \"ok\", \"values\": {" + values + "}" + tail);
+static void case_failed(const Case& c, const std::string& why) {
+    emit("{\"case\": " + quoted(c.id) + ", \"status\": \"failed\", \"reason\": " + quoted(why) + "}");
 }
 
-// One task: "task ID CUBIN", "global NAME", then cases ("case ID" ... "run"), then "end".
+static std::string timed_tail(const char* key, double seconds) {
+    char tail[64];
+    snprintf(tail, sizeof tail, ", \"%s\": %.6f}", key, seconds);
+    return tail;
+}
+
+// One task: "task ID CUBIN", "global NAME", then cases ("case ID" ... "run"), then "end". Prepared
+// (module loaded, inputs read, buffers filled: {"task": ID, "status": "prepared"}), it waits for a
+// line "go" (the grader holds the GPU's profiling lock by then), profiles every case in one session
+// ({"task": ID, "status": "profiled"}), then writes the outputs and answers each case.
 static void run_task(Gpu& g, const std::string& id, const std::string& cubin) {
     double t0 = now_s();
     cudaLibrary_t lib = nullptr;
     cudaError_t loaded = cudaLibraryLoadFromFile(&lib, cubin.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0);
     std::vector<Global> globals;
+    std::vector<std::unique_ptr<Case>> cases;
     std::unique_ptr<Case> c;
     std::string line, failed = loaded == cudaSuccess ? "" : std::string("loading the cubin: ") + cudaGetErrorName(loaded);
     cudaGetLastError();
@@ -589,20 +602,72 @@ static void run_task(Gpu& g, const std::string& id, const std::string& cubin) {
             c.reset(new Case());
             in >> c->id;
         } else if (op == "run" && c) {
-            run_case(g, *c, globals, lib);
-            c.reset();
+            cases.push_back(std::move(c));
         } else if (c) {
             case_line(*c, op, in, lib);
         }
     }
-    if (lib) cudaLibraryUnload(lib);
-    end_if_lost();
-    if (!failed.empty()) emit("{\"task\": " + quoted(id) + ", \"status\": \"failed\", \"reason\": " + quoted(failed) + "}");
-    else {
-        char tail[64];
-        snprintf(tail, sizeof tail, ", \"seconds\": %.6f}", now_s() - t0);
-        emit("{\"task\": " + quoted(id) + ", \"status\": \"done\"" + tail);
+    if (!failed.empty()) {
+        if (lib) cudaLibraryUnload(lib);
+        end_if_lost();
+        emit("{\"task\": " + quoted(id) + ", \"status\": \"failed\", \"reason\": " + quoted(failed) + "}");
+        return;
     }
+    std::vector<Case*> good;
+    std::vector<std::string> metrics;
+    std::map<std::string, bool> wanted;
+    for (auto& k : cases) {
+        if (k->bad.empty() && launches_of(*k) == 0) k->bad = "no launch";
+        if (k->bad.empty()) k->bad = allocate(*k);
+        if (!k->bad.empty()) {
+            case_failed(*k, k->bad);
+            release(*k);
+            continue;
+        }
+        good.push_back(k.get());
+        for (auto& m : k->metrics)
+            if (!wanted[m]) wanted[m] = true, metrics.push_back(m);
+    }
+    std::string key, why;
+    for (auto& m : metrics) key += m + " ";
+    if (!good.empty() && !g.sets.count(key)) {
+        why = make_set(g.chip.c_str(), g.avail.data(), metrics, g.sets[key]);
+        if (!why.empty()) g.sets.erase(key);
+    }
+    end_if_lost();
+    emit("{\"task\": " + quoted(id) + ", \"status\": \"prepared\"" + timed_tail("seconds", now_s() - t0));
+    std::string go;
+    if (!std::getline(std::cin, go) || go != "go") why = "the grader did not start the profiling";
+    double t1 = now_s();
+    Session session;
+    if (why.empty() && !good.empty()) why = profile(g, good, globals, lib, g.sets[key], metrics, session);
+    emit("{\"task\": " + quoted(id) + ", \"status\": \"profiled\"" + timed_tail("seconds", now_s() - t1));
+    double profiled = now_s() - t1;
+    for (size_t k = 0; k < good.size(); ++k) {
+        Case& one = *good[k];
+        std::string wrong = why.empty() ? write_outputs(one) : why;
+        for (double v : why.empty() ? session.values[k] : std::vector<double>())
+            if (!std::isfinite(v)) wrong = "a metric value that is not finite";
+        if (!wrong.empty()) {
+            case_failed(one, wrong);
+            continue;
+        }
+        std::string values;
+        for (size_t j = 0; j < metrics.size(); ++j) {
+            if (std::find(one.metrics.begin(), one.metrics.end(), metrics[j]) == one.metrics.end()) continue;
+            char num[64];
+            snprintf(num, sizeof num, "%.17g", session.values[k][j]);
+            values += (values.empty() ? "" : ", ") + quoted(metrics[j]) + ": " + num;
+        }
+        char tail[160];  // a case's seconds: its share of the session
+        snprintf(tail, sizeof tail, ", \"passes\": %zu, \"planned\": %zu, \"ranges\": %zu, \"seconds\": %.6f}", session.passes,
+                 g.sets[key].passes, launches_of(one), profiled / good.size());
+        emit("{\"case\": " + quoted(one.id) + ", \"status\": \"ok\", \"values\": {" + values + "}" + tail);
+    }
+    for (auto& k : cases) release(*k);
+    cudaLibraryUnload(lib);
+    end_if_lost();
+    emit("{\"task\": " + quoted(id) + ", \"status\": \"done\"" + timed_tail("seconds", now_s() - t0));
 }
 
 static int unavailable(const std::string& why) {
