@@ -283,19 +283,59 @@ static void record_launch_line(const char* how, const void* fn, dim3 g, dim3 b, 
     rec("\n");
 }
 
+// Shared memory filled with a pattern right before each of the student's launches, on the launch's
+// own stream (grader/worker/poison.py arms it for a correctness case): a kernel that reads shared
+// memory it never wrote finds the pattern, not what ran before. Filled from here, the fill and the
+// kernel are queued back to back: filled once before the whole call, another context's kernels
+// could run in between, and the GPU clears shared memory when it switches contexts (a histogram
+// that never zeroed its bins passed so while Nsight Compute profiled beside it). The fill kernel
+// is the worker's own (its CUfunction), launched through the driver: none of it is compiled into
+// the student's library, whose code the static checks read.
+typedef CUresult (*launch_kernel_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                                     void**, void**);
+static launch_kernel_fn g_fill_launch = NULL;
+static CUfunction g_fill_fn = NULL;
+static unsigned g_fill_blocks = 0, g_fill_threads = 0, g_fill_bytes = 0, g_fill_pattern = 0;
+
+extern "C" int cudalab_grader_fill_shared(void* fn, unsigned blocks, unsigned threads, unsigned bytes, unsigned pattern) {
+    if (fn != NULL && g_fill_launch == NULL) {
+        cudaDriverEntryPointQueryResult found;
+        void* ptr = NULL;
+        if (__real_cudaGetDriverEntryPointByVersion("cuLaunchKernel", &ptr, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess) {
+            cudaGetLastError();
+            return -1;
+        }
+        g_fill_launch = (launch_kernel_fn)ptr;
+    }
+    g_fill_fn = (CUfunction)fn;  // (NULL: no more fills)
+    g_fill_blocks = blocks, g_fill_threads = threads, g_fill_bytes = bytes, g_fill_pattern = pattern;
+    return 0;
+}
+
+static void fill_shared(cudaStream_t st, int per_thread) {
+    if (g_fill_fn == NULL) return;
+    unsigned pattern = g_fill_pattern, words = g_fill_bytes / 4;
+    g_fill_pattern = pattern * 2654435761u + 0x9E3779B9u;  // each launch of the call another pattern
+    void* params[] = {&pattern, &words};
+    CUstream stream = st == 0 && per_thread ? CU_STREAM_PER_THREAD : (CUstream)st;
+    g_fill_launch(g_fill_fn, g_fill_blocks, 1, 1, g_fill_threads, 1, 1, g_fill_bytes, stream, params, NULL);
+}
+
 // A launch the replayer can repeat: recorded with its grid, block, shared memory and arguments.
-#define GRADER_WRAP_REPLAYED(name, kt)                                                                     \
+#define GRADER_WRAP_REPLAYED(name, kt, per_thread)                                                          \
     extern "C" cudaError_t __real_##name(kt k, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st);       \
     extern "C" cudaError_t __wrap_##name(kt k, dim3 g, dim3 b, void** a, size_t s, cudaStream_t st) {      \
         record_launch((const void*)k);                                                                     \
         record_launch_line("plain", (const void*)k, g, b, a, s, st);                                       \
+        fill_shared(st, per_thread);                                                                       \
         return __real_##name(k, g, b, a, s, st);                                                           \
     }
 
-GRADER_WRAP_REPLAYED(__cudaLaunchKernel, cudaKernel_t)
-GRADER_WRAP_REPLAYED(__cudaLaunchKernel_ptsz, cudaKernel_t)
-GRADER_WRAP_REPLAYED(cudaLaunchKernel, const void*)
-GRADER_WRAP_REPLAYED(cudaLaunchKernel_ptsz, const void*)
+GRADER_WRAP_REPLAYED(__cudaLaunchKernel, cudaKernel_t, 0)
+GRADER_WRAP_REPLAYED(__cudaLaunchKernel_ptsz, cudaKernel_t, 1)
+GRADER_WRAP_REPLAYED(cudaLaunchKernel, const void*, 0)
+GRADER_WRAP_REPLAYED(cudaLaunchKernel_ptsz, const void*, 1)
 
 // Launches the replayer does not repeat: recorded, then marked as such.
 #define GRADER_WRAP_UNREPLAYED(ret, name, params, args, fn, what) \

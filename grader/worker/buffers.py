@@ -53,6 +53,9 @@ class Library:
         self._recorded = self.lib.cudalab_grader_recorded
         self._recorded.restype = ctypes.c_long
         self._recorded.argtypes = [ctypes.c_char_p, ctypes.c_long]
+        self.fill_shared = self.lib.cudalab_grader_fill_shared
+        self.fill_shared.restype = ctypes.c_int
+        self.fill_shared.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint]
 
     def launched(self, reset: bool = False) -> list[str] | None:
         """Names of the kernels launched since the last reset (None if some had no name)."""

@@ -16,7 +16,7 @@ from . import owned, shared
 from .buffers import Buffers, StudentCudaError, array_addresses, filled_inputs, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
 from .owned import Mapped
-from .poison import fill_shared
+from .poison import arm, fill_shared
 from .protocol import MARK_KERNEL, Kind, Reply, Status, Task, makes_shared, memory_taken
 from .sampling import run_timing
 
@@ -37,8 +37,10 @@ def run_case(cp: Any, task: Task) -> Reply:
         args = mapped.args(task["launcher"], task["params"], int(task.get("guard", 0)))
     recording = bool(task.get("record"))
     try:
-        if task.get("poison") is not None:  # what the student's kernels find in shared memory
-            fill_shared(cp, int(task["poison"]))
+        poison = task.get("poison")
+        if poison is not None:  # what the student's kernels find in shared memory
+            fill_shared(cp, int(poison))
+            arm(cp, lib, int(poison) ^ 0x5BD1E995)
         cp.cuda.Device().synchronize()
         lib.launched(reset=True)
         lib.record(recording)
@@ -47,6 +49,8 @@ def run_case(cp: Any, task: Task) -> Reply:
             lib.call(args)
         finally:
             lib.record(False)
+            if poison is not None:
+                arm(cp, lib, None)
         lib.check()
         seconds = time.perf_counter() - t0
     finally:

@@ -4,9 +4,14 @@ Shared memory is zero for the first kernel of a fresh CUDA context and keeps wha
 earlier kernels left (measured on an H100: a histogram that never zeroed its shared bins was right
 on the first call of a process and wrong on 9 of 10 later ones). So a kernel that reads shared
 memory it never wrote is right or wrong by what ran before it. Filling every SM's shared memory
-before the call (two blocks per SM, each with half the SM's shared memory) makes such a read
-return the pattern every time: as a float a quiet NaN, as an integer above two billion, so it
-cannot pass for a zero or a small count. Repeated calls get different patterns.
+(two blocks per SM, each with half the SM's shared memory) makes such a read return the pattern:
+as a float a quiet NaN, as an integer above two billion, so it cannot pass for a zero or a small
+count. Repeated calls get different patterns.
+
+Filled once before the call, another context's kernels can run between the fill and the
+student's kernel, and the GPU clears shared memory when it switches contexts: while Nsight
+Compute profiled another process, the unzeroed histogram passed some cases. So the fill also runs
+from the support file's launch wrappers, on each launch's stream right before it (``arm``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,17 @@ def _prepared(cp: Any) -> tuple[Any, int, int]:
         kernel.preferred_shared_memory_carveout = 100
         _fill.update(kernel=kernel, bytes=per_block, blocks=2 * rt.deviceGetAttribute(_SMS, dev))
     return _fill["kernel"], int(_fill["bytes"]), int(_fill["blocks"])
+
+
+def arm(cp: Any, lib: Any, pattern: int | None) -> None:
+    """Have the support file fill shared memory before each of the student's launches, on the
+    launch's stream (``pattern``; None: no more), with this module's kernel."""
+    if pattern is None:
+        lib.fill_shared(None, 0, 0, 0, 0)
+        return
+    kernel, per_block, blocks = _prepared(cp)
+    if lib.fill_shared(kernel.kernel.ptr, blocks, THREADS, per_block, pattern & 0xFFFFFFFF) != 0:
+        raise RuntimeError("the support file could not reach cuLaunchKernel to fill shared memory")
 
 
 def fill_shared(cp: Any, pattern: int) -> None:
