@@ -45,7 +45,7 @@ PARTS = ("build", "plan", "serve", "replay", "compare", "fallback")
 PLANNED = {"tiled_matmul": [1, 1], "boundary_checks": [1, 1], "corner_turning": [3, 1], "histogram": [2], "memory_types": [1, 1]}
 #: Counts that vary run to run in both tools (DESIGN 13: 1-3%): compared by verdict only.
 VARYING = ("l1tex__data_bank_conflicts", "dram__", "gpu__time")
-OPTIONS = GradeOptions(timing=False, sanitizers=False, reuse_tool_runs=False)
+OPTIONS = GradeOptions(timing=False, sanitizers=False, reuse_tool_runs=False, counter_source="ncu")
 FALLBACK = "instead of the replayer"
 
 

@@ -146,9 +146,10 @@ def _grading_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gpu", action="store_true", help="run only the checks that need no GPU")
     p.add_argument("--no-timing", action="store_true", help="skip the speed checks")
     p.add_argument("--no-counters", action="store_true", help="skip the hardware-counter checks")
-    p.add_argument("--counters", choices=("ncu", "replay"), default="ncu", dest="counter_source",
-                   help="how the student's counters are read: ncu (Nsight Compute, the default) or replay (the grader's "
-                   "CUPTI replayer of the recorded launches, Nsight Compute for any case it cannot replay)")
+    p.add_argument("--counters", choices=("replay", "ncu"), default="replay", dest="counter_source",
+                   help="how the student's counters are read: replay (the default: the grader's CUPTI replayer of the "
+                   "recorded launches, with no student host code in it; Nsight Compute for any case it cannot replay, "
+                   "with the reason) or ncu (Nsight Compute for every case)")
     p.add_argument("--no-sanitizers", action="store_true", help="skip the compute-sanitizer checks")
     p.add_argument("--rerun-tools", action="store_true",
                    help="run the profiler and the sanitizers on every case again, even where a run of the same compiled code "

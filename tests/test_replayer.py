@@ -511,12 +511,12 @@ def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_ty
 
 # ---------------------------------------------------------------- the option
 
-def test_counters_come_from_ncu_unless_replay_is_asked_for(tmp_path):
+def test_counters_come_from_the_replayer_unless_ncu_is_asked_for(tmp_path):
     for command in (["grade", "tiled_matmul"], ["grade-repo", str(tmp_path)], ["grade-class", str(tmp_path), "--out", str(tmp_path / "out")]):
         common = [*command, "--cache-dir", str(tmp_path / "cache"), "--no-gpu"]
-        plain, asked = _parser().parse_args(common), _parser().parse_args([*common, "--counters", "replay"])
-        assert (_options(plain).counter_source, _options(asked).counter_source) == ("ncu", "replay"), command
-    assert GradeOptions().counter_source == "ncu"
+        plain, asked = _parser().parse_args(common), _parser().parse_args([*common, "--counters", "ncu"])
+        assert (_options(plain).counter_source, _options(asked).counter_source) == ("replay", "ncu"), command
+    assert GradeOptions().counter_source == "replay"
     with pytest.raises(SystemExit):
         _parser().parse_args(["grade", "tiled_matmul", "--counters", "nsight"])
 

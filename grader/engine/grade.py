@@ -205,7 +205,8 @@ class LabGrading:
                 counting = self._sent_to_batch = True  # counted() sends this lab's cases
                 profiles = self.profiles = launched.profiles_for(spec, self.options.timing)
                 what = ", ".join(dict.fromkeys(c.what for c in profiles.checks))  # (the traffic is one figure per timed kernel)
-                how = "kept from an earlier grade of this code" if self._all_kept else "Nsight Compute, in the background"
+                how = ("kept from an earlier grade of this code" if self._all_kept else
+                       "the replayer, in the background" if self.options.counter_source == "replay" else "Nsight Compute, in the background")
                 self.progress(f"[{spec.id}] counters: {what} ({how})")
                 self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles,
                                                                      self.options.reuse_tool_runs, replay_by(self.options, self.progress)))
