@@ -1,7 +1,7 @@
 """Wall time of grading a class, each GPU's busy fraction, and verdicts against grading each repository alone.
 
     python benchmarks/grade_class_speed.py [--students 40] [--gpus all|0|0,1] [--no-gpu] [--no-compare] [--warm]
-                                           [--keep DIR [--resume]] [-j N]
+                                           [--keep DIR [--resume]] [-j N] [--counters replay|ncu]
     python benchmarks/grade_class_speed.py --alone-only --keep DIR [--resume] [--students N] [--shard I/N]
     python benchmarks/grade_class_speed.py --keep DIR --compare-with ALONE.json [--compare-with ALONE-2-of-2.json] ...
 
@@ -346,6 +346,7 @@ def main() -> int:
     p.add_argument("-j", "--jobs", type=int, help="CPU pool size (default: the CPU count)")
     p.add_argument("--per-gpu", type=int, default=1, help="grade-class --per-gpu: students graded at once on each GPU")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per student")
+    p.add_argument("--counters", choices=("replay", "ncu"), default="replay", help="grade-class --counters: the replayer (default) or Nsight Compute")
     args = p.parse_args()
     if args.resume and args.keep is None:
         p.error("--resume needs --keep DIR, the folder of the run to go on with")
@@ -371,7 +372,7 @@ def main() -> int:
         os.environ["GRADER_CACHE_DIR"] = str(cache)
     # every student's tools run: the class's copies of the reference are one compiled library, whose runs kept
     # from the first would spare every later copy the profiler and the sanitizers, as a real class's distinct code is not
-    options = GradeOptions(gpu=not args.no_gpu, cache_dir=cache, reuse_tool_runs=False)
+    options = GradeOptions(gpu=not args.no_gpu, cache_dir=cache, reuse_tool_runs=False, counter_source=args.counters)
     before = float(elapsed.read_text()) if resuming and elapsed.is_file() else 0.0
     if resuming:
         names = sorted(d.name for d in repos.iterdir() if d.is_dir())
@@ -387,7 +388,7 @@ def main() -> int:
     slots = gpu_slots(options, args.gpus)
     print(f"class of {len(names)} repositories, {len(lab_ids())} labs each; {args.per_gpu} per GPU; lanes: "
           f"{', '.join(s.lane + ' ' + s.name for s in slots) or 'CPU only'}; {usable_cpus()} CPUs; "
-          f"build cache {'warm' if args.warm else 'cold'}"
+          f"build cache {'warm' if args.warm else 'cold'}; counters: {args.counters}"
           + (f"; going on after {before:.1f} s of earlier runs" if resuming else ""), flush=True)
     started = time.monotonic() - before  # a resumed run's wall time includes the earlier runs'
     try:

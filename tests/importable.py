@@ -11,7 +11,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The grader's own dependencies that the system's Python may lack (numpy it has from the distribution).
-LIBRARIES = ("filelock", "platformdirs", "psutil")
+LIBRARIES = ("filelock", "platformdirs", "psutil", "elftools")
 
 
 #: The unprivileged user the tests run the grader as, through setpriv.
