@@ -507,6 +507,43 @@ def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_ty
     assert collect.replayed(sub, profiles, notes.append) == {}
     assert len(notes) == len(profiles.metrics) == 2
     assert all("reference.cu: counters of" in n and "instead of the replayer (the recording run failed" in n for n in notes), notes
+    assert set(profiles.refused) == set(profiles.metrics)  # (each case's reason goes into its checks' report)
+    assert all(r.startswith("the recording run failed") for r in profiles.refused.values()), profiles.refused
+
+
+def test_a_counter_check_reports_what_counted_it_and_why_the_replayer_did_not(tmp_path):
+    """``counted_by`` in a counter check's measured figures says which tool's counts it was judged
+    on, and ``replayer_refused`` why the replayer left its case to Nsight Compute."""
+    import time
+
+    from grader.checks import counters
+    from grader.checks.counters import CounterRun, Profiles
+    from grader.host import gpu
+    from grader.isolation.launch import Isolation
+    from grader.isolation.submission import Submission
+    from grader.labspec.labs import load_problem
+
+    spec = find_lab("tiled_matmul")
+    built = lab_build(spec, spec.files.reference, ("sm_90",), tmp_path / "cache")
+    assert built.ok and built.library is not None, built.message
+    sub = Submission(spec, "reference.cu", built.library, (), ("sm_90",), load_problem(spec), Isolation(Sandbox(None, reason="off")),
+                     tmp_path / "cache", tmp_path / "work", time.monotonic() + 300, 300.0, "secret", gpu.GpuInfo("none", (9, 0), "0"))
+    check = spec.counters[0]
+    metric = check.metric_names[0]
+    results = []
+    for replayed, refused in ((True, ""), (False, "the launcher uses work on a stream other than the default stream")):
+        profiles = Profiles(spec.counters)
+        key = profiles.case(check)
+        profiles.settle("student", key, CounterRun({metric: 524288.0}, ("matmul_tiled",), replayed=replayed))
+        profiles.settle(f"baseline {check.baseline}", key, CounterRun({metric: 8388608.0}, ("matmul_naive",)))
+        if refused:
+            profiles.refused[key] = refused
+        results.append(counters.grade(sub, check, profiles))
+    by_replayer, by_ncu = results
+    assert by_replayer.outcome is by_ncu.outcome and by_replayer.points == by_ncu.points and by_replayer.message == by_ncu.message
+    assert by_replayer.measured["counted_by"] == "replayer" and "replayer_refused" not in by_replayer.measured
+    assert by_ncu.measured["counted_by"] == "ncu"
+    assert by_ncu.measured["replayer_refused"] == "the launcher uses work on a stream other than the default stream"
 
 
 # ---------------------------------------------------------------- the option

@@ -53,6 +53,7 @@ class CounterRun:
     cached: bool = False
     session: int = 0  # profiled with this many cases of the student's labs in one session (0: alone)
     early: bool = False  # ... in a session started before the cases were known
+    replayed: bool = False  # read by the grader's replayer (grader/counters/), not by Nsight Compute
 
     @property
     def complete(self) -> bool:
@@ -290,6 +291,8 @@ class Profiles:
             self.metrics[key] = tuple(dict.fromkeys(self.metrics.get(key, ()) + check.metric_names))
             self.first.setdefault(key, check.id)
         self.runs: dict[tuple[str, CaseKey], CounterRun] = {}
+        #: Why the replayer left a case to Nsight Compute (``--counters replay``), by case.
+        self.refused: dict[CaseKey, str] = {}
 
     @staticmethod
     def case(check: CounterCheck) -> CaseKey:
@@ -350,7 +353,9 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
         if not base_error:
             v_base = counter_value(base.values, check)
     measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
-                "profile_seconds": round(mine.seconds, 2)}
+                "profile_seconds": round(mine.seconds, 2), "counted_by": "replayer" if mine.replayed else "ncu"}
+    if profiles.case(check) in profiles.refused:  # (the replayer was asked, and said why not)
+        measured["replayer_refused"] = profiles.refused[profiles.case(check)]
     measured.update({k: v for k, v in (("profile_session_cases", mine.session), ("profile_session_early", mine.early),
                                        ("profile_kept", mine.cached)) if v})  # (kept: from an earlier grade of this code)
     shared_with = profiles.first[profiles.case(check)]

@@ -92,8 +92,10 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[CaseKey, C
             why.update({case.check.id: f"{type(exc).__name__}: {exc}" for case in cases})
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    for check_id, reason in why.items():
-        note(f"[{sub.spec.id}] {sub.name}: counters of {check_id} by Nsight Compute instead of the replayer ({reason})")
+    for case in cases:
+        if case.check.id in why:
+            profiles.refused[case.key] = why[case.check.id][:500]
+            note(f"[{sub.spec.id}] {sub.name}: counters of {case.check.id} by Nsight Compute instead of the replayer ({why[case.check.id]})")
     return runs
 
 
@@ -135,7 +137,7 @@ def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, fol
             why[case.check.id] = wrong
             continue
         runs[case.key] = CounterRun(values=dict(result.values), kernels=tuple(demangle(k) for k in task.plan.kernels),
-                                    seconds=result.seconds)
+                                    seconds=result.seconds, replayed=True)
     return runs
 
 
