@@ -1,6 +1,6 @@
 """Wall time to grade a whole student repository (every lab), cold and warm, and per-lab figures.
 
-    python benchmarks/grade_repo_speed.py [--regrades 3] [--solution reference|stub]
+    python benchmarks/grade_repo_speed.py [--regrades 3] [--solution reference|stub] [--counters replay|ncu]
 
 The repository is assembled from each lab's reference (or stub). Cold: an empty build cache
 (nvcc for the submissions and baselines, the baselines' counters). Warm: the same repository
@@ -47,11 +47,12 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--regrades", type=int, default=3)
     p.add_argument("--solution", choices=("reference", "stub"), default="reference")
+    p.add_argument("--counters", choices=("replay", "ncu"), default="replay", help="the replayer (default) or Nsight Compute")
     args = p.parse_args()
     repo = solutions_repo(args.solution, "grade-repo-bench-")
     cache = Path(tempfile.mkdtemp(prefix="grade-repo-bench-cache-"))
     os.environ["GRADER_CACHE_DIR"] = str(cache)
-    options = GradeOptions(cache_dir=cache)
+    options = GradeOptions(cache_dir=cache, counter_source=args.counters)
 
     runs = []
     for i in range(args.regrades + 1):
