@@ -46,7 +46,7 @@ def feedback_note(identity: Mapping[str, Any] | None) -> str:
 
 
 def _not_here(skipped: float, course_only: float) -> str:
-    text = f"{fmt_points(skipped)} points not checked here"
+    text = f"{fmt_points(skipped)} {'point' if skipped == 1 else 'points'} not checked here"
     if course_only:
         text += f", {fmt_points(course_only)} of them graded on the course's runner"
     return text
