@@ -291,8 +291,7 @@ class Profiles:
             self.metrics[key] = tuple(dict.fromkeys(self.metrics.get(key, ()) + check.metric_names))
             self.first.setdefault(key, check.id)
         self.runs: dict[tuple[str, CaseKey], CounterRun] = {}
-        #: Why the replayer left a case to Nsight Compute (``--counters replay``), by case.
-        self.refused: dict[CaseKey, str] = {}
+        self.refused: dict[CaseKey, str] = {}  # why the replayer left a case to Nsight Compute
 
     @staticmethod
     def case(check: CounterCheck) -> CaseKey:
@@ -354,12 +353,10 @@ def grade(sub: Submission, check: CounterCheck, profiles: Profiles) -> CheckResu
             v_base = counter_value(base.values, check)
     measured = {"student": v_student if math.isfinite(v_student) else "n/a", "kernels": ", ".join(mine.kernels),
                 "profile_seconds": round(mine.seconds, 2), "counted_by": "replayer" if mine.replayed else "ncu"}
-    if profiles.case(check) in profiles.refused:  # (the replayer was asked, and said why not)
-        measured["replayer_refused"] = profiles.refused[profiles.case(check)]
     measured.update({k: v for k, v in (("profile_session_cases", mine.session), ("profile_session_early", mine.early),
-                                       ("profile_kept", mine.cached)) if v})  # (kept: from an earlier grade of this code)
-    shared_with = profiles.first[profiles.case(check)]
-    if shared_with != check.id:
+                                       ("profile_kept", mine.cached),  # (kept: from an earlier grade of this code)
+                                       ("replayer_refused", profiles.refused.get(profiles.case(check)))) if v})
+    if (shared_with := profiles.first[profiles.case(check)]) != check.id:
         measured["profile_run_of"] = shared_with
     measured.update({m: mine.values[m] for m in check.metric_names})
     if v_base is not None:
