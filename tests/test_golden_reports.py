@@ -5,7 +5,7 @@ Two fixtures: reports built here (every outcome, located failures, counter and t
 a roofline, hostile text, a late penalty), rendered as they are; and a repository of five labs
 (a wrong prototype, a kernel with a local array, a stub, two references) graded without a GPU by
 the installed command, with what differs from run to run or machine to machine (times, hashes of
-the grader's source and the labs, the host, the folder, tool versions) replaced by placeholders.
+the grader's source and the labs, the host, the folders, tool versions) replaced by placeholders.
 
 A deliberate change of what the reports say is recorded with ``GRADER_UPDATE_GOLDEN=1 pytest
 tests/test_golden_reports.py``; the diff of ``tests/data/golden/`` is then the change to review.
@@ -123,7 +123,7 @@ VARYING = (
 
 
 def normalised(text: str, repo: Path) -> str:
-    text = text.replace(str(repo), "<repo>")
+    text = text.replace(str(repo), "<repo>").replace(str(Path(__file__).resolve().parent.parent), "<checkout>")
     for pattern, placeholder in VARYING:
         text = pattern.sub(placeholder, text)
     return re.sub(r'("stage_seconds": \{)([^}]*)(\})', lambda m: m.group(1) + re.sub(r": [0-9.e-]+", ": <s>", m.group(2)) + m.group(3),
