@@ -36,11 +36,11 @@ from typing import Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.grade_repo_speed import solutions_repo  # noqa: E402
-from grader.checks import counterbatch  # noqa: E402
-from grader.checks.counterbatch import Request  # noqa: E402
-from grader.checks.counters import kernel_rows, run_profiler  # noqa: E402
+from grader.checks.counters import batch as counterbatch  # noqa: E402
+from grader.checks.counters import traffic  # noqa: E402
+from grader.checks.counters.batch import Request  # noqa: E402
+from grader.checks.counters.ncu import kernel_rows, run_profiler  # noqa: E402
 from grader.engine import repo as repo_module  # noqa: E402
-from grader.engine import traffic  # noqa: E402
 from grader.host.gpus import nvml_devices, visible  # noqa: E402
 from grader.isolation.options import GradeOptions  # noqa: E402
 from grader.labspec.spec import split_metrics  # noqa: E402

@@ -39,8 +39,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from grader.cachedirs import default_cache_dir  # noqa: E402
-from grader.checks import counters  # noqa: E402
 from grader.checks.correctness import launcher_spec, write_inputs  # noqa: E402
+from grader.checks.counters import ncu as counters  # noqa: E402
 from grader.course.validate import load_solutions, validate  # noqa: E402
 from grader.isolation.build import baseline_library  # noqa: E402
 from grader.isolation.launch import Isolation, RunDirs  # noqa: E402

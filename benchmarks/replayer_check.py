@@ -32,9 +32,9 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.counters import collect, service  # noqa: E402
+from grader.checks.counters import launched  # noqa: E402
+from grader.checks.counters.replay import collect, service  # noqa: E402
 from grader.course.validate import SolutionResult, validate  # noqa: E402
-from grader.engine import launched  # noqa: E402
 from grader.engine.grade import LabGrading, grade  # noqa: E402
 from grader.host.gpu import probe  # noqa: E402
 from grader.isolation.options import GradeOptions, sandbox_for  # noqa: E402

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.checks import counterbatch
-from grader.checks.counterbatch import ProfileBatch, Request, profile_together, split_at_marks
-from grader.checks.counters import CounterRun, kernel_rows
+from grader.checks.counters import batch as counterbatch
+from grader.checks.counters.batch import ProfileBatch, Request, profile_together, split_at_marks
+from grader.checks.counters.ncu import CounterRun, kernel_rows
 from grader.isolation.launch import Isolation, RunDirs
 from grader.isolation.options import GradeOptions, sandbox_for
 from grader.isolation.sandbox import Sandbox
@@ -141,7 +141,7 @@ def test_a_case_the_session_left_is_profiled_alone_only_for_a_lab_whose_cases_al
     lab that failed one (its counter checks gated) or hung is not profiled again."""
     from types import SimpleNamespace
 
-    from grader.checks import counters
+    from grader.checks.counters import ncu as counters
     from grader.labspec.labs import find_lab
 
     spec = find_lab("tiled_matmul")
@@ -230,7 +230,8 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
     not keep it waiting through its own correctness cases."""
     import dataclasses
 
-    from grader.engine import grade, launched, traffic
+    from grader.checks.counters import launched, traffic
+    from grader.engine import grade
     from grader.labspec.labs import find_lab
 
     batch = ProfileBatch(["memory_types", "tiled_matmul"])

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader.checks import counterlines, counters
+from grader.checks.counters import lines as counterlines
+from grader.checks.counters import ncu as counters
 from grader.isolation.toolrun import ToolRun
 from grader.labspec.labs import find_lab
 from grader.outcome import Outcome

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.checks import counters
-from grader.checks.counters import Profiles
+from grader.checks.counters import ncu as counters
+from grader.checks.counters.ncu import Profiles
 from grader.host import gpulock
 from grader.host.gpu import GpuInfo
 from grader.host.gpus import GpuSlot
@@ -149,7 +149,7 @@ def test_why_a_tool_run_failed(run, reason):
 def test_coalescing_is_sectors_per_32_bytes_requested():
     """Four scattered floats of a 4-thread warp: 4 sectors for 16 bytes, one request. Sectors per
     request (4) looked coalesced; sectors per 32 bytes requested (8) does not."""
-    from grader.checks.counters import counter_value
+    from grader.checks.counters.ncu import counter_value
 
     check = next(c for c in find_lab("corner_turning").counters if c.id == "coalesced_loads")
     values = {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 4.0, "smsp__sass_data_bytes_mem_global_op_ld.sum": 16.0}

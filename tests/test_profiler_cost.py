@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grader.checks.counterbatch import Request
+from grader.checks.counters.batch import Request
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "profiler_cost.py"
 

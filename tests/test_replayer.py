@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from grader.checks.correctness import launcher_spec
+from grader.checks.counters.replay import cubin, service
+from grader.checks.counters.replay import record as rec
+from grader.checks.counters.replay.collect import array_slots
+from grader.checks.counters.replay.plan import Alloc, ArraySlot, Copy, Free, Launch, Memset, Patch, SymbolCopy, Unreplayable, find, plan_call
+from grader.checks.counters.replay.record import CopyRecord, LaunchRecord, MalformedRecord, SymbolRecord, parse
+from grader.checks.counters.replay.task import BadAnswer, CaseTask, case_result, parse_line, task_text
 from grader.cli import _options, _parser
-from grader.counters import cubin, service
-from grader.counters import record as rec
-from grader.counters.collect import array_slots
-from grader.counters.plan import Alloc, ArraySlot, Copy, Free, Launch, Memset, Patch, SymbolCopy, Unreplayable, find, plan_call
-from grader.counters.record import CopyRecord, LaunchRecord, MalformedRecord, SymbolRecord, parse
-from grader.counters.task import BadAnswer, CaseTask, case_result, parse_line, task_text
 from grader.host import toolchain
 from grader.isolation.build import RECORDED_CALLS, WRAPPED_LAUNCHES, lab_build
 from grader.isolation.options import GradeOptions
@@ -135,7 +135,7 @@ def test_well_formed_records_of_what_cannot_be_replayed_say_why(text, reason):
 # ---------------------------------------------------------------- the mapping of recorded addresses
 
 def test_find_maps_an_address_to_the_buffer_it_falls_in_or_ends():
-    from grader.counters.plan import _Region
+    from grader.checks.counters.replay.plan import _Region
 
     regions = [_Region(0, 1000, 100, False), _Region(1, 1100, 50, False), _Region(2, 5000, 10, False, live=False)]
     assert find(1000, regions)[0].buffer == 0 and find(1099, regions)[1] == 99
@@ -361,7 +361,7 @@ def test_the_pass_planner_gives_the_probes_pass_counts_without_a_gpu(replayer):
 
 
 def test_each_labs_counter_cases_plan_into_the_passes_the_probe_measured(replayer):
-    from grader.engine import launched
+    from grader.checks.counters import launched
 
     expected = {"tiled_matmul": [1, 1], "boundary_checks": [1, 1], "corner_turning": [3, 1], "histogram": [2],
                 "memory_types": [1, 1]}
@@ -489,8 +489,8 @@ def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_ty
     each case is left to the profiler with that reason; nothing is settled."""
     import time
 
-    from grader.counters import collect
-    from grader.engine import launched
+    from grader.checks.counters import launched
+    from grader.checks.counters.replay import collect
     from grader.host import gpu
     from grader.isolation.launch import Isolation
     from grader.isolation.submission import Submission
@@ -516,8 +516,8 @@ def test_a_counter_check_reports_what_counted_it_and_why_the_replayer_did_not(tm
     on, and ``replayer_refused`` why the replayer left its case to Nsight Compute."""
     import time
 
-    from grader.checks import counters
-    from grader.checks.counters import CounterRun, Profiles
+    from grader.checks.counters import ncu as counters
+    from grader.checks.counters.ncu import CounterRun, Profiles
     from grader.host import gpu
     from grader.isolation.launch import Isolation
     from grader.isolation.submission import Submission

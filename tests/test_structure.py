@@ -105,7 +105,7 @@ LAYERS = (
     ("grader.host",),
     ("grader.gitread",),
     ("grader.isolation",),
-    ("grader.checks", "grader.counters"),
+    ("grader.checks",),
     ("grader.engine",),
     ("grader.report",),
     ("grader.course",),

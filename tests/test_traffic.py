@@ -10,10 +10,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from grader.checks import counterbatch, counters
 from grader.checks.correctness import tool_task
-from grader.checks.counters import CounterRun
-from grader.engine import launched, traffic
+from grader.checks.counters import batch as counterbatch
+from grader.checks.counters import launched, traffic
+from grader.checks.counters import ncu as counters
+from grader.checks.counters.ncu import CounterRun
 from grader.isolation.launch import RunDirs
 from grader.labspec.labs import find_lab, load_problem
 from grader.outcome import LabReport

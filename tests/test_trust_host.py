@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 from importable import copy_grader
 
-from grader.checks import compare, counters
+from grader.checks import compare
+from grader.checks.counters import ncu as counters
 from grader.errors import GraderError
 from grader.host import gpulock
 from grader.isolation.build import lab_build

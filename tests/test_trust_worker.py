@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 from grader.checks.correctness import failure_from_task
-from grader.checks.counters import NO_KERNEL, CounterRun, Profiles
-from grader.engine import launched
+from grader.checks.counters import launched
+from grader.checks.counters.ncu import NO_KERNEL, CounterRun, Profiles
 from grader.isolation import replies, runner, toolrun
 from grader.isolation.launch import Isolation, RunDirs
 from grader.isolation.runner import INTERFERED, TaskResult, WorkerSession
@@ -227,7 +227,7 @@ def test_which_kernels_ran_is_the_profiler_s_record_of_the_student_s_cases():
 def test_a_lab_with_compiled_code_checks_and_no_counter_checks_profiles_a_case_for_the_record():
     import dataclasses
 
-    from grader.engine import traffic
+    from grader.checks.counters import traffic
 
     untimed = dataclasses.replace(find_lab("memory_types"), benchmark=None)
     extra = launched.list_check(untimed)

@@ -43,8 +43,8 @@ from ..textutil import OMITTED
 from ..worker.protocol import Task, marked_tasks
 from . import sanitizer
 from .correctness import tool_task
-from .counterbatch import combined
-from .counters import cache_path
+from .counters.batch import combined
+from .counters.ncu import cache_path
 from .labbatch import LabBatch
 from .sanitizer import SanitizerRun
 

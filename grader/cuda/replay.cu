@@ -4,7 +4,7 @@
 // per launch, user replay: every case of a task in one session with the union of their metrics;
 // each pass runs each case's sequence, its buffers refilled before it and L2 flushed before each
 // launch, as Nsight Compute's --cache-control all). Built by the grader
-// with the toolkit's nvcc (grader/counters/service.py); the task format is written there too.
+// with the toolkit's nvcc (grader/checks/counters/replay/service.py); the task format is written there too.
 //
 //   replay --answers FD serve: a line {"status": "ready", ...} (or "unavailable") on FD, then tasks on stdin
 //   replay --plan CHIP  no GPU needed: for each line of metric names on stdin, "passes N" or "error WHY"

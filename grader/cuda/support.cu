@@ -146,7 +146,7 @@ extern "C" int cudalab_grader_launched(char* buf, int len, int reset) {
 
 // ---- A record of one call, for the grader's replayer -------------------------------------------
 // While the grader asks for it (cudalab_grader_record), every launch, allocation, copy and memset
-// the launcher makes is written as one line of text (the format is in grader/counters/record.py),
+// the launcher makes is written as one line of text (the format is in grader/checks/counters/replay/record.py),
 // so that a process of the grader's can launch the same kernels of this file's device code on
 // buffers of its own. What is written is the student's process's claim: the replay's output is
 // checked against the oracle before its counters count.

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cachedirs import default_cache_dir
-from ..checks import counters
 from ..checks.correctness import case_tool_task
-from ..checks.counterbatch import Request, profile_together
+from ..checks.counters import launched
+from ..checks.counters import ncu as counters
+from ..checks.counters.batch import Request, profile_together
 from ..host import toolchain
 from ..host.gpu import GpuInfo
 from ..host.gpulock import BASELINES_LOCK, lock_folder
@@ -36,7 +37,6 @@ from ..isolation.launch import Isolation, RunDirs
 from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for
 from ..labspec.labs import load_problem
 from ..labspec.spec import LabSpec
-from . import launched
 from .plan import runnable
 
 #: Metrics counted by instrumenting the kernel's code rather than by the hardware's counters.

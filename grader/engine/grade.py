@@ -19,12 +19,13 @@ from typing import Any, Mapping
 from ..cachedirs import default_cache_dir
 from ..checks import sanitizer, sanitizerbatch, speed
 from ..checks.correctness import grade_case
-from ..checks.counterbatch import ProfileBatch, all_kept, counted
-from ..checks.counters import Profiles
+from ..checks.counters import launched, traffic
+from ..checks.counters.batch import ProfileBatch, all_kept, counted
+from ..checks.counters.ncu import Profiles
+from ..checks.counters.replay.collect import replay_by
 from ..checks.sanitizerbatch import SanitizerBatch
 from ..checks.sass import static_checks
 from ..checks.timing import Measurement, TimedRun, baselines_of
-from ..counters.collect import replay_by
 from ..host import toolchain
 from ..host.gpu import GpuProbe, key_of
 from ..isolation.build import lab_build
@@ -36,7 +37,6 @@ from ..isolation.trusted import baselines_worker
 from ..labspec.labs import load_problem
 from ..labspec.spec import LabSpec
 from ..outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
-from . import launched, traffic
 from .background import Background, StageClock
 from .plan import course_only_results, fill_checks, gated_check, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
 

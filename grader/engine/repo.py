@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from ..checks.counterbatch import EarlySession, ProfileBatch
+from ..checks.counters import launched
+from ..checks.counters.batch import EarlySession, ProfileBatch
 from ..checks.sanitizerbatch import SanitizerBatch
 from ..errors import GraderError, internal_error_message
 from ..host import gputurns, toolchain
@@ -30,7 +31,6 @@ from ..isolation.sandbox import Sandbox
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, LabReport, Outcome, Stage
-from . import launched
 from .baselines import profile_baselines
 from .grade import LabGrading
 from .plan import course_only_results, fill_checks, in_plan_order, runnable

@@ -46,7 +46,7 @@ COMPILE_OUTPUT_TAIL_BYTES = 32 << 10
 WRAPPED_LAUNCHES = ("__cudaLaunchKernel", "__cudaLaunchKernel_ptsz", "cudaLaunchKernel", "cudaLaunchKernel_ptsz",
                     "cudaLaunchCooperativeKernel", "cudaLaunchCooperativeKernel_ptsz", "cudaLaunchKernelExC",
                     "cudaLaunchKernelExC_ptsz")
-#: The calls the support file records for the grader's replayer (``grader/counters/record.py``), or
+#: The calls the support file records for the grader's replayer (``grader/checks/counters/replay/record.py``), or
 #: marks as making a record incomplete (graphs, managed memory, the driver API).
 RECORDED_CALLS = ("__cudaRegisterVar", "cudaMalloc", "cudaFree", "cudaMemset", "cudaMemset_ptds", "cudaMemsetAsync",
                   "cudaMemsetAsync_ptsz", "cudaMemcpy", "cudaMemcpy_ptds", "cudaMemcpyAsync", "cudaMemcpyAsync_ptsz",

@@ -43,7 +43,7 @@ class GradeOptions:
     cache_dir: Path | None = None
     timing: bool = True
     counters: bool = True
-    counter_source: str = "replay"  # the trusted replayer measures what it can (grader/counters/), ncu the rest; "ncu": ncu alone
+    counter_source: str = "replay"  # the trusted replayer measures what it can (grader/checks/counters/replay/), ncu the rest; "ncu": ncu alone
     sanitizers: bool = True
     reuse_tool_runs: bool = True  # a profiler or sanitizer run kept from an earlier grade of the same compiled code stands
     gpu: bool = True  # False: run only the checks that need no GPU

@@ -3,7 +3,7 @@
 A kernel sits at its arithmetic intensity (FLOPs per byte of DRAM traffic) and its achieved
 GFLOP/s; the roof is the lower of the FP32 peak and intensity x the DRAM peak (the device's
 figures, from the worker). The intensity is the lab's FLOPs over the DRAM bytes Nsight Compute
-measured for that kernel on the timed case (``engine.traffic``); where any timed kernel's bytes
+measured for that kernel on the timed case (``checks.counters.traffic``); where any timed kernel's bytes
 were not measured (no profiler, counters turned off), every kernel's is the lab's model of the
 traffic (its benchmark's ``flops`` over ``bytes``), so that the points stay comparable, and the
 picture says so. Labs that count no FLOPs (the histogram) have no roofline.

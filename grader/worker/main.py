@@ -58,7 +58,7 @@ def run_case(cp: Any, task: Task) -> Reply:
             mapped.release()
         del bufs
     reply = {"status": Status.OK.value, "seconds": seconds, "kernels_launched": lib.launched()}
-    if recording:  # what the launcher did, for the grader's replayer (grader/counters/record.py)
+    if recording:  # what the launcher did, for the grader's replayer (grader/checks/counters/replay/record.py)
         reply["record"] = {"text": lib.recorded(), "arrays": array_addresses(task["launcher"], args)}
     return reply
 

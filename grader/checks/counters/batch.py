@@ -30,17 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from ..host.gpu import GpuInfo
-from ..host.procgroup import AnyOf, Stop
-from ..isolation.launch import Isolation, RunDirs
-from ..isolation.submission import Submission
-from ..isolation.toolrun import ToolRun
-from ..outcome import CheckResult
-from ..worker.protocol import MARK_KERNEL, Task, marked_tasks
-from . import counters
-from .correctness import tool_task
-from .counters import CaseKey, CounterRun, KernelRow, Profiles, failed_run, judged, kernel_rows, run_profiler
-from .labbatch import LabBatch
+from ...host.gpu import GpuInfo
+from ...host.procgroup import AnyOf, Stop
+from ...isolation.launch import Isolation, RunDirs
+from ...isolation.submission import Submission
+from ...isolation.toolrun import ToolRun
+from ...outcome import CheckResult
+from ...worker.protocol import MARK_KERNEL, Task, marked_tasks
+from ..correctness import tool_task
+from ..labbatch import LabBatch
+from . import ncu as counters
+from .ncu import CaseKey, CounterRun, KernelRow, Profiles, failed_run, judged, kernel_rows, run_profiler
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def settled(requests: list[Request], marks: list[int], run: ToolRun, early: bool
     return out
 
 
-#: Measures what it can of the student's cases in a lab's profiles instead of the profiler (``grader/counters/collect.py``).
+#: Measures what it can of the student's cases in a lab's profiles instead of the profiler (``grader/checks/counters/replay/collect.py``).
 Replay = Callable[[Submission, counters.Profiles], dict[CaseKey, CounterRun]]
 
 #: The most a job sent to an early session may hold: one write to its pipe, which never blocks.

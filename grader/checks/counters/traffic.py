@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..checks.counters import Profiles
-from ..checks.timing import baselines_of
-from ..labspec.spec import CounterCheck, LabSpec, split_metrics
-from ..worker import expr
+from ...labspec.spec import CounterCheck, LabSpec, split_metrics
+from ...worker import expr
+from ..timing import baselines_of
+from .ncu import Profiles
 
 METRIC = "dram__bytes_read.sum+dram__bytes_write.sum"
 CHECK_ID = "dram_traffic"

@@ -14,9 +14,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping
 
-from ..checks.counters import NO_KERNEL, CaseKey, CounterRun, Profiles
-from ..labspec.spec import CounterCheck, LabSpec
+from ...labspec.spec import CounterCheck, LabSpec
 from . import traffic
+from .ncu import NO_KERNEL, CaseKey, CounterRun, Profiles
 
 #: The metric collected where a case is profiled only for its list of kernels: one pass, cheap.
 LIST_METRIC = "gpu__time_duration.sum"

@@ -13,24 +13,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ..host import toolchain
-from ..host.gpu import GpuInfo
-from ..host.gpulock import lock_folder, profiling_lock
-from ..host.hostdirs import HostStateError, private_dir, read_private, write_private
-from ..host.hostlock import LockPlace
-from ..host.procgroup import Stop
-from ..isolation.build import baseline_library
-from ..isolation.compilerlog import demangle
-from ..isolation.launch import Isolation, RunDirs
-from ..isolation.submission import Submission
-from ..isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
-from ..labspec.spec import CounterCheck, LabSpec, params_label, split_metrics
-from ..labspec.version import problem_version
-from ..outcome import CheckResult, Outcome, SourceLocation, Stage, partial_credit
-from ..textutil import cap_lines, plural
-from ..worker.protocol import Task
-from . import counterlines
-from .correctness import tool_task
+from ...host import toolchain
+from ...host.gpu import GpuInfo
+from ...host.gpulock import lock_folder, profiling_lock
+from ...host.hostdirs import HostStateError, private_dir, read_private, write_private
+from ...host.hostlock import LockPlace
+from ...host.procgroup import Stop
+from ...isolation.build import baseline_library
+from ...isolation.compilerlog import demangle
+from ...isolation.launch import Isolation, RunDirs
+from ...isolation.submission import Submission
+from ...isolation.toolrun import TOOL_LOG, ToolRun, run_under_tool
+from ...labspec.spec import CounterCheck, LabSpec, params_label, split_metrics
+from ...labspec.version import problem_version
+from ...outcome import CheckResult, Outcome, SourceLocation, Stage, partial_credit
+from ...textutil import cap_lines, plural
+from ...worker.protocol import Task
+from ..correctness import tool_task
+from . import lines as counterlines
 
 #: Counter checks on the same case share a profiler run: (sorted params, seed, where the inputs come from).
 CaseKey = tuple[tuple[tuple[str, object], ...], int, str]
@@ -53,7 +53,7 @@ class CounterRun:
     cached: bool = False
     session: int = 0  # profiled with this many cases of the student's labs in one session (0: alone)
     early: bool = False  # ... in a session started before the cases were known
-    replayed: bool = False  # read by the grader's replayer (grader/counters/), not by Nsight Compute
+    replayed: bool = False  # read by the grader's replayer (grader/checks/counters/replay/), not by Nsight Compute
 
     @property
     def complete(self) -> bool:

@@ -25,18 +25,18 @@ from typing import Callable
 
 import numpy as np
 
-from ..checks import compare as oracle
-from ..checks.correctness import launcher_spec, tool_task
-from ..checks.counters import CaseKey, CounterRun, Profiles
-from ..errors import GraderError
-from ..host.safeio import read_file
-from ..isolation.compilerlog import demangle
-from ..isolation.options import GradeOptions
-from ..isolation.submission import Submission
-from ..isolation.toolrun import run_under_tool
-from ..labspec.spec import CounterCheck
-from ..worker.buffers import Slot, filled_inputs, layout
-from ..worker.protocol import marked_tasks, record_task
+from ....errors import GraderError
+from ....host.safeio import read_file
+from ....isolation.compilerlog import demangle
+from ....isolation.options import GradeOptions
+from ....isolation.submission import Submission
+from ....isolation.toolrun import run_under_tool
+from ....labspec.spec import CounterCheck
+from ....worker.buffers import Slot, filled_inputs, layout
+from ....worker.protocol import marked_tasks, record_task
+from ... import compare as oracle
+from ...correctness import launcher_spec, tool_task
+from ..ncu import CaseKey, CounterRun, Profiles
 from . import cubin, service
 from .plan import ArraySlot, ReplayPlan, Unreplayable, plan_call
 from .record import CallRecord, MalformedRecord, parse

@@ -23,8 +23,8 @@ from typing import Iterable, Mapping
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from ..host import toolchain
-from ..host.safeio import read_file
+from ....host import toolchain
+from ....host.safeio import read_file
 
 #: The most of cuobjdump's output read, and the largest cubin loaded.
 OUTPUT_LIMIT_BYTES = 16 << 20

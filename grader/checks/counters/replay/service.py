@@ -27,17 +27,17 @@ from typing import Any, BinaryIO, Mapping
 
 import filelock
 
-from ..cachedirs import default_cache_dir
-from ..host import gputurns, toolchain
-from ..host.gpu import GpuInfo
-from ..host.gpulock import lock_folder, profiling_lock
-from ..host.hostdirs import private_dir
-from ..host.procgroup import kill_group, start_lasting
-from ..isolation.build import gencode_flags
-from ..isolation.sandbox import Sandbox, confined_env
+from ....cachedirs import default_cache_dir
+from ....host import gputurns, toolchain
+from ....host.gpu import GpuInfo
+from ....host.gpulock import lock_folder, profiling_lock
+from ....host.hostdirs import private_dir
+from ....host.procgroup import kill_group, start_lasting
+from ....isolation.build import gencode_flags
+from ....isolation.sandbox import Sandbox, confined_env
 from .task import BadAnswer, CaseResult, case_result, parse_line
 
-SOURCE = Path(__file__).parent.parent / "cuda" / "replay.cu"
+SOURCE = Path(__file__).parents[3] / "cuda" / "replay.cu"
 BUILD_TIME_LIMIT_S = 300.0
 START_TIME_LIMIT_S = 60.0
 PLAN_TIME_LIMIT_S = 60.0

@@ -17,10 +17,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..isolation.submission import Submission
-from ..labspec.spec import LineFigure
-from ..outcome import SourceLocation
-from ..textutil import quoted_line
+from ...isolation.submission import Submission
+from ...labspec.spec import LineFigure
+from ...outcome import SourceLocation
+from ...textutil import quoted_line
 
 #: The most instruction rows read of one source page (a kernel has a few thousand at most).
 MAX_ROWS = 200_000
