@@ -39,8 +39,8 @@ def run_case(cp: Any, task: Task) -> Reply:
     try:
         poison = task.get("poison")
         if poison is not None:  # what the student's kernels find in shared memory
-            fill_shared(cp, int(poison))
-            arm(cp, lib, int(poison) ^ 0x5BD1E995)
+            fill_shared(cp, int(poison))  # (for launches the wrappers do not see: cooperative, driver API, graphs)
+            arm(cp, lib, int(poison) ^ 0x5BD1E995)  # before each wrapped launch, another pattern than the call's
         cp.cuda.Device().synchronize()
         lib.launched(reset=True)
         lib.record(recording)

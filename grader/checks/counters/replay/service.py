@@ -6,7 +6,8 @@ The process is started once and kept (about 1.5 s a student warm against 2.8 s f
 student, measured on an H200), in bubblewrap where the grader has it: it runs no student host
 code, but it does run the student's device code. A task that hangs past its limit, or a fault
 that loses the CUDA context (the replayer says so and ends), ends the process; the next task
-starts a fresh one. Each task holds the GPU's profiling lock, as an Nsight Compute run does.
+starts a fresh one. A task's profiling session holds the GPU's profiling lock, as an Nsight
+Compute run does; its preparation and its outputs do not (``Replayer.run``).
 """
 
 from __future__ import annotations

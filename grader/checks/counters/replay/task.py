@@ -15,8 +15,15 @@ paths appear by name:
                                     the recorded steps, in order
     patch PARAM AT K OFFSET         the last launch's parameter PARAM holds buffer K's address + OFFSET at AT
     output K PATH                   write buffer K's bytes after the last pass
-    run                             profile the case: one JSON line
-    end                             unload the module: one JSON line
+    run                             the case is complete
+    end                             the task is complete: the replayer prepares it (module, inputs,
+                                    buffers; a case that cannot be prepared is answered failed) and
+                                    answers {"task": ID, "status": "prepared"}
+
+Then the grader, holding the GPU's profiling lock, sends a line ``go``: every prepared case is
+profiled in one session ({"task": ID, "status": "profiled"}), after which each case is answered
+(one JSON line) and the task ends with {"task": ID, "status": "done"} (or "failed" where the
+module did not load).
 
 The replayer is the grader's own program, but it has run the student's device code: its answers
 are read as strictly as a worker's (exact keys, finite numbers in range, sizes capped).
