@@ -3,8 +3,8 @@
 // buffers it owns, and reads the hardware counters with CUPTI's Range Profiler (user ranges, one
 // per launch, user replay: every case of a task in one session with the union of their metrics;
 // each pass runs each case's sequence, its buffers refilled before it and L2 flushed before each
-// launch, as Nsight Compute's --cache-control all). Built by the grader
-// with the toolkit's nvcc (grader/checks/counters/replay/service.py); the task format is written there too.
+// launch, as Nsight Compute's --cache-control all). Built by the grader with the toolkit's nvcc
+// (grader/checks/counters/replay/service.py); the task format is in grader/checks/counters/replay/task.py.
 //
 //   replay --answers FD serve: a line {"status": "ready", ...} (or "unavailable") on FD, then tasks on stdin
 //   replay --plan CHIP  no GPU needed: for each line of metric names on stdin, "passes N" or "error WHY"
@@ -614,8 +614,7 @@ static void run_task(Gpu& g, const std::string& id, const std::string& cubin) {
         return;
     }
     std::vector<Case*> good;
-    std::vector<std::string> metrics;
-    std::map<std::string, bool> wanted;
+    std::vector<std::string> metrics;  // the union of the prepared cases' metrics, in their order
     for (auto& k : cases) {
         if (k->bad.empty() && launches_of(*k) == 0) k->bad = "no launch";
         if (k->bad.empty()) k->bad = allocate(*k);
@@ -626,7 +625,7 @@ static void run_task(Gpu& g, const std::string& id, const std::string& cubin) {
         }
         good.push_back(k.get());
         for (auto& m : k->metrics)
-            if (!wanted[m]) wanted[m] = true, metrics.push_back(m);
+            if (std::find(metrics.begin(), metrics.end(), m) == metrics.end()) metrics.push_back(m);
     }
     std::string key, why;
     for (auto& m : metrics) key += m + " ";
@@ -646,8 +645,9 @@ static void run_task(Gpu& g, const std::string& id, const std::string& cubin) {
     for (size_t k = 0; k < good.size(); ++k) {
         Case& one = *good[k];
         std::string wrong = why.empty() ? write_outputs(one) : why;
-        for (double v : why.empty() ? session.values[k] : std::vector<double>())
-            if (!std::isfinite(v)) wrong = "a metric value that is not finite";
+        if (wrong.empty())
+            for (double v : session.values[k])
+                if (!std::isfinite(v)) wrong = "a metric value that is not finite";
         if (!wrong.empty()) {
             case_failed(one, wrong);
             continue;
