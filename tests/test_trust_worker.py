@@ -9,6 +9,7 @@ tested on any machine.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -81,6 +82,8 @@ def test_a_reply_of_the_shape_its_task_asks_for_is_accepted():
     ({"kernels_launched": ["k"] * 1000}, "kernels_launched not a list of names"),
     ({"status": "pass"}, "unknown status 'pass'"),
     ({"status": "timeout"}, "unknown status 'timeout'"),  # only the grader says so
+    ({"shared_cleared": "all"}, "shared_cleared not a count"),
+    ({"shared_cleared": -1}, "shared_cleared not a count"),
 ])
 def test_a_malformed_or_forged_case_reply_is_named(change, why):
     assert replies.problem(_case(), {**GOOD_CASE, **change}).startswith(why)
@@ -367,6 +370,52 @@ def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tm
     assert limits == ([10.0, 30.0] if second else [10.0])
     refills = [t for t, _ in trusted.tasks if t["kind"] == Kind.READ.value and t["keep"]]
     assert len(refills) == (1 if second else 0)  # the buffers filled again before the second run
+
+
+@pytest.mark.parametrize("cleared,calls,expect", [
+    ([0], 1, "correct"),
+    ([2, 1, 0], 3, "correct"),  # run again until no launch ran on cleared shared memory
+    ([1, 1, 1, 1, 1, 1], 4, "correct"),  # at most three times more: the last run's outputs decide
+])
+def test_a_call_whose_kernels_ran_on_cleared_shared_memory_is_run_again_with_other_patterns(tmp_path, cleared, calls, expect):
+    """Another context's kernels between the grader's fill and the student's kernel leave shared
+    memory cleared (the fill's check kernel finds next to none of its pattern): such a call is run
+    again on buffers the trusted worker fills again, each time with another pattern, a bounded
+    number of times, and the case's figures say how often."""
+    import numpy as np
+
+    from grader.checks.correctness import CLEARED_RERUNS, grade_case
+    from grader.labspec.labs import load_problem
+    from grader.worker.protocol import Kind
+
+    spec = find_lab("tiled_matmul")
+    case = dataclasses.replace(spec.correctness.cases[0], repeat=1)
+    problem = load_problem(spec)
+    want = {}
+
+    def trusted_answer(task):
+        if task["kind"] == Kind.SHARE.value:
+            want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
+            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+        if task["kind"] == Kind.READ.value:
+            Path(task["out_dir"]).mkdir(parents=True)
+            np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
+            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
+        return TaskResult("ok", {})
+
+    answers = iter(cleared)
+    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"],
+                                                                           "shared_cleared": next(answers)}, seconds=0.01))
+    trusted = _Session(tmp_path, "trusted", trusted_answer)
+    sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
+                          time_left=lambda limit=math.inf: 60.0)
+    check = grade_case(sub, student, trusted, case, "case0")
+    assert check.outcome is Outcome.PASS and check.message.startswith(expect)
+    assert len(student.tasks) == calls == min(len(cleared), 1 + CLEARED_RERUNS)
+    assert len({t["poison"] for t, _ in student.tasks}) == calls  # another pattern each time
+    refills = [t for t, _ in trusted.tasks if t["kind"] == Kind.READ.value and t["keep"]]
+    assert len(refills) == calls - 1  # the buffers filled again before each run again
+    assert check.measured.get("runs_again_on_cleared_shared_memory", 0) == calls - 1
 
 
 KEPT = "your code left no free GPU memory: 78.0 GiB of 80.0 GiB held after it returned (0.00 GiB free)"

@@ -101,6 +101,8 @@ RELEASE_WAIT_S = 5.0
 
 #: A case killed at its time limit is run once more with this many times the limit (see ``_run_again``).
 RETRY_FACTOR = 3.0
+#: A call whose kernels ran on shared memory another context had cleared is run again, at most this often.
+CLEARED_RERUNS = 3
 
 
 class SharingFailed(RuntimeError):
@@ -162,13 +164,19 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
     answers: set[str] = set()  # a digest of each run's outputs: do the runs agree?
     launched: set[str] | None = set()
     share = str(shared.data["share"])
-    slow_note = ""
+    slow_note, reruns = "", 0
     for run in range(case.repeat):
-        task = case_task(str(sub.library), launcher_spec(spec), dict(case.params), share, shared.data["buffers"],
-                         guard=spec.correctness.guard_elements, poison=poison_pattern(cid, run))
+        task = _call_task(sub, case, shared, poison_pattern(cid, run))
         result = worker.run(task, sub.time_left(spec.correctness.time_limit_s), shared.fds)
         if result.status == Status.TIMEOUT.value and not slow_note:
             result, slow_note = _run_again(sub, worker, trusted, task, shared, result, readings / f"{run}-killed")
+        for again in range(1, CLEARED_RERUNS + 1):
+            if result.status != Status.OK.value or not _ran_on_cleared(result):
+                break
+            reruns += 1  # the buffers as before the call, and other patterns
+            trusted.run(read_task(share, str(readings / f"{run}-cleared{again}"), True, launcher_spec(spec)), 120.0)
+            task = _call_task(sub, case, shared, poison_pattern(cid, run + 1000 * again))
+            result = worker.run(task, sub.time_left(spec.correctness.time_limit_s), shared.fds)
         if result.status != Status.OK.value:
             return failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
         names = result.data.get("kernels_launched")
@@ -205,6 +213,8 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
             first_wrong = first_wrong or (problems, details)
     measured = {"max_abs_error": max_err, "seconds": round(seconds, 6), "runs": case.repeat, "wrong_runs": wrong_runs,
                 "kernels_launched": sorted(launched) if launched is not None else "unknown"}
+    if reruns:
+        measured["runs_again_on_cleared_shared_memory"] = reruns
     if first_wrong:
         problems, details = first_wrong
         message = "; ".join(problems)
@@ -216,6 +226,21 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
         cid, Stage.CORRECTNESS, Outcome.PASS, case.points, case.points,
         f"correct (largest error {max_err:.2g}{runs}){slow_note}", "", measured, seconds,
     )
+
+
+def _call_task(sub: Submission, case: Case, shared: TaskResult, pattern: int) -> Task:
+    """One call of the launcher on the case's shared buffers, shared memory filled with ``pattern``."""
+    return case_task(str(sub.library), launcher_spec(sub.spec), dict(case.params), str(shared.data["share"]),
+                     shared.data["buffers"], guard=sub.spec.correctness.guard_elements, poison=pattern)
+
+
+def _ran_on_cleared(result: TaskResult) -> bool:
+    """The worker found that a kernel of the call ran on shared memory another context had cleared
+    after the grader's fill (``poison.cleared``): what it computed may hide reads of memory it never
+    wrote, so the call is run again. (The reply is the student's process's: at worst it costs a
+    bounded number of calls.)"""
+    count = result.data.get("shared_cleared")
+    return isinstance(count, int) and not isinstance(count, bool) and count > 0
 
 
 def _memory_kept(worker: WorkerSession, trusted: WorkerSession, after: list[int] | None) -> str:

@@ -313,13 +313,56 @@ extern "C" int cudalab_grader_fill_shared(void* fn, unsigned blocks, unsigned th
     return 0;
 }
 
+static CUstream stream_of(cudaStream_t st, int per_thread) {
+    return st == 0 && per_thread ? CU_STREAM_PER_THREAD : (CUstream)st;
+}
+
 static void fill_shared(cudaStream_t st, int per_thread) {
     if (g_fill_fn == NULL) return;
     unsigned pattern = g_fill_pattern, words = g_fill_bytes / 4;
     g_fill_pattern = pattern * 2654435761u + 0x9E3779B9u;  // each launch of the call another pattern
     void* params[] = {&pattern, &words};
-    CUstream stream = st == 0 && per_thread ? CU_STREAM_PER_THREAD : (CUstream)st;
-    g_fill_launch(g_fill_fn, g_fill_blocks, 1, 1, g_fill_threads, 1, 1, g_fill_bytes, stream, params, NULL);
+    g_fill_launch(g_fill_fn, g_fill_blocks, 1, 1, g_fill_threads, 1, 1, g_fill_bytes, stream_of(st, per_thread), params, NULL);
+}
+
+// Did the fill reach the kernel? A context switch between the fill and the kernel (another
+// process's kernels running between them) leaves shared memory cleared, and the kernel would read
+// zeros again. Right after each launch of a kernel that uses shared memory, the worker's check
+// kernel (same grid and size as the fill) counts, into the launch's slot, the words that still
+// hold a fill pattern: where the kernel ran after a switch, next to none do, and the worker has
+// the grader run the call again (poison.py reads the slots).
+static CUfunction g_check_fn = NULL;
+static unsigned* g_check_slots = NULL;
+static unsigned g_check_count = 0, g_check_used = 0;
+
+extern "C" int cudalab_grader_check_shared(void* fn, void* slots, unsigned count) {
+    g_check_fn = (CUfunction)fn;  // (NULL: no more checks)
+    g_check_slots = (unsigned*)slots;
+    g_check_count = count, g_check_used = 0;
+    return 0;
+}
+
+extern "C" unsigned cudalab_grader_shared_checks(void) { return g_check_used; }
+
+// Whether kernel `k` reads shared memory at all (static or dynamic): without it there is nothing
+// to check. Asked only where no error is pending, so that the question leaves none behind.
+static int uses_shared(const void* k, size_t dynamic) {
+    if (dynamic > 0) return 1;
+    if (cudaPeekAtLastError() != cudaSuccess) return 0;
+    struct cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, k) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return attr.sharedSizeBytes > 0;
+}
+
+static void check_shared(const void* k, size_t dynamic, cudaStream_t st, int per_thread) {
+    if (g_check_fn == NULL || g_fill_fn == NULL || g_check_used >= g_check_count || !uses_shared(k, dynamic)) return;
+    unsigned words = g_fill_bytes / 4;
+    unsigned* slot = g_check_slots + g_check_used++;
+    void* params[] = {&words, &slot};
+    g_fill_launch(g_check_fn, g_fill_blocks, 1, 1, g_fill_threads, 1, 1, g_fill_bytes, stream_of(st, per_thread), params, NULL);
 }
 
 // A launch the replayer can repeat: recorded with its grid, block, shared memory and arguments.
@@ -329,7 +372,9 @@ static void fill_shared(cudaStream_t st, int per_thread) {
         record_launch((const void*)k);                                                                     \
         record_launch_line("plain", (const void*)k, g, b, a, s, st);                                       \
         fill_shared(st, per_thread);                                                                       \
-        return __real_##name(k, g, b, a, s, st);                                                           \
+        cudaError_t e = __real_##name(k, g, b, a, s, st);                                                  \
+        if (e == cudaSuccess) check_shared((const void*)k, s, st, per_thread);                             \
+        return e;                                                                                          \
     }
 
 GRADER_WRAP_REPLAYED(__cudaLaunchKernel, cudaKernel_t, 0)

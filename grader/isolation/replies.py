@@ -106,7 +106,7 @@ def _fields(task: Task) -> dict[str, tuple[Check, bool]]:
     kind = task.get("kind")
     inputs, outputs = _roles(task)
     if kind == Kind.CASE.value:
-        return {"seconds": (_number(), True), "kernels_launched": (_optional_names, True)}
+        return {"seconds": (_number(), True), "kernels_launched": (_optional_names, True), "shared_cleared": (_integer, False)}
     if kind == Kind.TIMING_OPEN.value:
         if task.get("export"):
             return _shared_fields(task)

@@ -56,6 +56,12 @@ class Library:
         self.fill_shared = self.lib.cudalab_grader_fill_shared
         self.fill_shared.restype = ctypes.c_int
         self.fill_shared.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint]
+        self.check_shared = self.lib.cudalab_grader_check_shared
+        self.check_shared.restype = ctypes.c_int
+        self.check_shared.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
+        self.shared_checks = self.lib.cudalab_grader_shared_checks
+        self.shared_checks.restype = ctypes.c_uint
+        self.shared_checks.argtypes = []
 
     def launched(self, reset: bool = False) -> list[str] | None:
         """Names of the kernels launched since the last reset (None if some had no name)."""

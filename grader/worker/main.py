@@ -16,7 +16,7 @@ from . import owned, shared
 from .buffers import Buffers, StudentCudaError, array_addresses, filled_inputs, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
 from .owned import Mapped
-from .poison import arm, fill_shared
+from .poison import arm, cleared, fill_shared
 from .protocol import MARK_KERNEL, Kind, Reply, Status, Task, makes_shared, memory_taken
 from .sampling import run_timing
 
@@ -36,6 +36,7 @@ def run_case(cp: Any, task: Task) -> Reply:
         mapped = Mapped(task["share"], task["buffers"], int(cp.cuda.Device().id))
         args = mapped.args(task["launcher"], task["params"], int(task.get("guard", 0)))
     recording = bool(task.get("record"))
+    checked = 0  # launches whose shared memory was checked after them
     try:
         poison = task.get("poison")
         if poison is not None:  # what the student's kernels find in shared memory
@@ -50,6 +51,7 @@ def run_case(cp: Any, task: Task) -> Reply:
         finally:
             lib.record(False)
             if poison is not None:
+                checked = int(lib.shared_checks())
                 arm(cp, lib, None)
         lib.check()
         seconds = time.perf_counter() - t0
@@ -58,6 +60,8 @@ def run_case(cp: Any, task: Task) -> Reply:
             mapped.release()
         del bufs
     reply = {"status": Status.OK.value, "seconds": seconds, "kernels_launched": lib.launched()}
+    if checked:  # launches that ran after another context cleared shared memory: the grader runs the call again
+        reply["shared_cleared"] = cleared(checked)
     if recording:  # what the launcher did, for the grader's replayer (grader/checks/counters/replay/record.py)
         reply["record"] = {"text": lib.recorded(), "arrays": array_addresses(task["launcher"], args)}
     return reply

@@ -103,7 +103,8 @@ def case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], share: s
     """Run the launcher once on the buffers the trusted worker shared as ``share`` (their
     descriptors arrive on the worker's socket). With ``poison`` (a 32-bit pattern) every SM's
     shared memory is filled with it first (``poison.fill_shared``). Reply: ``seconds``,
-    ``kernels_launched`` (names, or None when some launch had none). What the call left in the
+    ``kernels_launched`` (names, or None when some launch had none), with ``poison``
+    ``shared_cleared`` (launches that ran on shared memory another context cleared). What the call left in the
     buffers is read by the trusted worker (``read_task``), never reported by this one."""
     task = Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, share=share, buffers=buffers, guard=guard)
     if poison is not None:
