@@ -546,6 +546,41 @@ def test_a_counter_check_reports_what_counted_it_and_why_the_replayer_did_not(tm
     assert by_ncu.measured["replayer_refused"] == "the launcher uses work on a stream other than the default stream"
 
 
+def test_a_replayed_case_is_kept_for_the_next_grade_of_the_same_code(tmp_path):
+    """A regrade of unchanged code replays nothing again: the replayer's run is kept beside the
+    profiler's (keyed on the library, the GPU and the case) and still says it was the replayer's."""
+    import time
+
+    from grader.checks.counters import batch
+    from grader.checks.counters.ncu import CounterRun, Profiles
+    from grader.host import gpu
+    from grader.isolation.launch import Isolation
+    from grader.isolation.submission import Submission
+    from grader.labspec.labs import load_problem
+
+    spec = find_lab("tiled_matmul")
+    built = lab_build(spec, spec.files.reference, ("sm_90",), tmp_path / "cache")
+    assert built.ok and built.library is not None, built.message
+    sub = Submission(spec, "reference.cu", built.library, (), ("sm_90",), load_problem(spec), Isolation(Sandbox(None, reason="off")),
+                     tmp_path / "cache", tmp_path / "work", time.monotonic() + 300, 300.0, "secret", gpu.GpuInfo("none", (9, 0), "0"))
+    asked: list[int] = []
+
+    def replay(sub, profiles):
+        asked.append(len(profiles.metrics))
+        return {key: CounterRun({m: 1.0 for m in metrics}, ("matmul_tiled",), replayed=True) for key, metrics in profiles.metrics.items()}
+
+    profiles = Profiles(spec.counters)
+    batch.counted(sub, None, lambda: True, profiles, replay=replay)
+    assert asked == [len(profiles.metrics)] and all(run.replayed and not run.cached for run in profiles.runs.values()
+                                                    if run.kernels == ("matmul_tiled",))
+    again = Profiles(spec.counters)
+    for key in again.metrics:  # (the baselines' runs are not the student's: settled here as kept elsewhere)
+        again.settle(f"baseline {spec.counters[0].baseline}", key, CounterRun({m: 2.0 for m in again.metrics[key]}, ("matmul_naive",)))
+    batch.counted(sub, None, lambda: True, again, replay=lambda sub, profiles: pytest.fail("replayed again"))
+    kept = [again.runs[("student", key)] for key in again.metrics]
+    assert kept and all(run.cached and run.replayed for run in kept)
+
+
 # ---------------------------------------------------------------- the option
 
 def test_counters_come_from_the_replayer_unless_ncu_is_asked_for(tmp_path):

@@ -289,7 +289,8 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
     for key, path in kept.items() if reuse else ():
         if (run := counters.cached(path)) is not None:
             profiles.settle("student", key, run)
-    replayed = replay(sub, profiles) if replay is not None else {}
+    unsettled = any(("student", key) not in profiles.runs for key in profiles.metrics)
+    replayed = replay(sub, profiles) if replay is not None and unsettled else {}
     for key, run in replayed.items():
         profiles.settle("student", key, run)
     if batch is not None:
@@ -306,7 +307,7 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
                 counters.baseline_run(sub, check, profiles)
     for key, path in kept.items():
         run = profiles.runs.get(("student", key))
-        if run is not None and not run.cached and key not in replayed:  # (kept: the profiler's runs only)
+        if run is not None and not run.cached:  # (the replayer's runs too: the same code gives the same counts)
             with contextlib.suppress(OSError):  # (kept only to spare the next grade the run)
                 counters.store(path, run, profiles.metrics[key])
     return graded

@@ -186,7 +186,7 @@ def cached(cache_file: Path) -> CounterRun | None:
     if stored is None:
         return None
     data = json.loads(stored)
-    return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True)
+    return CounterRun(values=data["values"], kernels=tuple(data["kernels"]), cached=True, replayed=data.get("replayed") is True)
 
 
 def store(cache_file: Path, run: CounterRun, metrics: tuple[str, ...]) -> None:
@@ -194,7 +194,7 @@ def store(cache_file: Path, run: CounterRun, metrics: tuple[str, ...]) -> None:
     others a shared session collected) where ``profile`` finds them; nothing of another run."""
     if run.complete:
         values = {m: run.values[m] for m in metrics if m in run.values}
-        write_private(cache_file, json.dumps({"values": values, "kernels": list(run.kernels)}).encode())
+        write_private(cache_file, json.dumps({"values": values, "kernels": list(run.kernels), "replayed": run.replayed}).encode())
 
 
 def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
