@@ -579,6 +579,10 @@ def test_a_replayed_case_is_kept_for_the_next_grade_of_the_same_code(tmp_path):
     batch.counted(sub, None, lambda: True, again, replay=lambda sub, profiles: pytest.fail("replayed again"))
     kept = [again.runs[("student", key)] for key in again.metrics]
     assert kept and all(run.cached and run.replayed for run in kept)
+    # with --counters ncu the replayer's kept runs are not taken: Nsight Compute counts the case again
+    by_ncu = Profiles(spec.counters)
+    batch.counted(sub, None, lambda: True, by_ncu)
+    assert not any(run.replayed for run in by_ncu.runs.values())
 
 
 # ---------------------------------------------------------------- the option

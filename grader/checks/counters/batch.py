@@ -287,7 +287,7 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
     profiles = profiles or counters.Profiles(sub.spec.counters)
     kept = {key: path for key in profiles.metrics if (path := kept_file(sub, profiles, key)) is not None}
     for key, path in kept.items() if reuse else ():
-        if (run := counters.cached(path)) is not None:
+        if (run := counters.cached(path)) is not None and (replay is not None or not run.replayed):  # (ncu asked: its own runs)
             profiles.settle("student", key, run)
     unsettled = any(("student", key) not in profiles.runs for key in profiles.metrics)
     replayed = replay(sub, profiles) if replay is not None and unsettled else {}
