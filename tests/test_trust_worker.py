@@ -321,23 +321,13 @@ def test_a_case_is_judged_on_the_trusted_workers_reading_whatever_the_students_w
     assert sorted(closed) == [7, 8, 9]  # the grader's copies of the descriptors are closed
 
 
-@pytest.mark.parametrize("second,left,expect", [
-    ("ok", 60.0, "correct (largest error 0); it took 14.0 s, over the case's limit of 10 s, and was run again with 30 s to finish"),
-    ("timeout", 60.0, "did not finish within 10 s, nor within 30 s when run again, and was killed (infinite loop or deadlock?)"),
-    (None, 10.0, "did not finish within 10 s and was killed"),  # the submission's own limit leaves no room
-])
-def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tmp_path, second, left, expect):
-    """A busy host must not decide a verdict: a call killed at the case's limit gets one more run,
-    on buffers the trusted worker fills again, before its timeout becomes the verdict."""
+def _right_answers(problem, case):
+    """A stand-in trusted worker for a tiled_matmul case: it shares the buffers, and every reading
+    of them holds the right answer and nothing else amiss."""
     import numpy as np
 
-    from grader.checks.correctness import grade_case
-    from grader.labspec.labs import load_problem
     from grader.worker.protocol import Kind
 
-    spec = find_lab("tiled_matmul")
-    case = spec.correctness.cases[0]
-    problem = load_problem(spec)
     want = {}
 
     def trusted_answer(task):
@@ -349,6 +339,26 @@ def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tm
             np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
             return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
         return TaskResult("ok", {})
+    return trusted_answer
+
+
+@pytest.mark.parametrize("second,left,expect", [
+    ("ok", 60.0, "correct (largest error 0); it took 14.0 s, over the case's limit of 10 s, and was run again with 30 s to finish"),
+    ("timeout", 60.0, "did not finish within 10 s, nor within 30 s when run again, and was killed (infinite loop or deadlock?)"),
+    (None, 10.0, "did not finish within 10 s and was killed"),  # the submission's own limit leaves no room
+])
+def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tmp_path, second, left, expect):
+    """A busy host must not decide a verdict: a call killed at the case's limit gets one more run,
+    on buffers the trusted worker fills again, before its timeout becomes the verdict."""
+
+    from grader.checks.correctness import grade_case
+    from grader.labspec.labs import load_problem
+    from grader.worker.protocol import Kind
+
+    spec = find_lab("tiled_matmul")
+    case = spec.correctness.cases[0]
+    problem = load_problem(spec)
+    trusted_answer = _right_answers(problem, case)
 
     killed = TaskResult("timeout", reason="did not finish within 10 s and was killed (infinite loop or deadlock?)", seconds=10.0)
     answers = iter([killed, TaskResult("timeout", seconds=30.0) if second == "timeout" else
@@ -382,7 +392,6 @@ def test_a_call_whose_kernels_ran_on_cleared_shared_memory_is_run_again_with_oth
     memory cleared (the fill's check kernel finds next to none of its pattern): such a call is run
     again on buffers the trusted worker fills again, each time with another pattern, a bounded
     number of times, and the case's figures say how often."""
-    import numpy as np
 
     from grader.checks.correctness import CLEARED_RERUNS, grade_case
     from grader.labspec.labs import load_problem
@@ -391,17 +400,7 @@ def test_a_call_whose_kernels_ran_on_cleared_shared_memory_is_run_again_with_oth
     spec = find_lab("tiled_matmul")
     case = dataclasses.replace(spec.correctness.cases[0], repeat=1)
     problem = load_problem(spec)
-    want = {}
-
-    def trusted_answer(task):
-        if task["kind"] == Kind.SHARE.value:
-            want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
-            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
-        if task["kind"] == Kind.READ.value:
-            Path(task["out_dir"]).mkdir(parents=True)
-            np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
-        return TaskResult("ok", {})
+    trusted_answer = _right_answers(problem, case)
 
     answers = iter(cleared)
     student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"],
