@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
+from ..checks.families.registry import FAMILIES
 from ..labspec.spec import LabSpec
 from ..outcome import GATE, CheckResult, Outcome, Stage
 
@@ -19,22 +20,13 @@ COURSE_ONLY_MESSAGE = f"{COURSE_RUNNER} (it needs files of the course that stude
 
 
 def planned_checks(spec: LabSpec) -> list[tuple[str, Stage, float]]:
-    """Every check a lab grades, in report order: (id, stage, points)."""
-    out = [("compile", Stage.COMPILE, 0.0)]
-    out += [(c.id, Stage.STATIC, c.points) for c in spec.static]
-    out += [(f"correctness[{c.label}]", Stage.CORRECTNESS, c.points) for c in spec.correctness.cases]
-    out += [(c.id, Stage.SANITIZER, c.points) for c in spec.sanitizers]
-    if spec.benchmark:
-        out += [(c.id, Stage.SPEED, c.points) for c in spec.benchmark.checks]
-    out += [(c.id, Stage.COUNTERS, c.points) for c in spec.counters]
-    return out
+    """Every check a lab grades, in report order: (id, stage, points): the compile check, then each family's."""
+    return [("compile", Stage.COMPILE, 0.0), *(planned for family in FAMILIES for planned in family.planned(spec))]
 
 
 def course_only_ids(spec: LabSpec) -> list[str]:
     """The checks marked ``course_only``, in report order, whatever the bundle."""
-    marked = {c.id for c in spec.counters if c.course_only}
-    if spec.benchmark:
-        marked |= {c.id for c in spec.benchmark.checks if c.course_only}
+    marked = {cid for family in FAMILIES for cid in family.course_only(spec)}
     return [cid for cid, _, _ in planned_checks(spec) if cid in marked]
 
 
@@ -90,6 +82,11 @@ def gated_check(check: CheckResult) -> CheckResult:
     if check.outcome not in (Outcome.PASS, Outcome.ERROR):
         return check
     return CheckResult(check.id, check.stage, Outcome.FAIL, 0, check.max_points, GATE)
+
+
+def gated_ids(spec: LabSpec) -> list[str]:
+    """The checks that score only once every correctness case passes, in report order of families."""
+    return [cid for family in FAMILIES for cid in family.gated(spec)]
 
 
 def without_gpu(spec: LabSpec, checks: list[CheckResult], reason: str) -> list[CheckResult]:

@@ -1,0 +1,99 @@
+"""What every check family declares (:class:`CheckFamily`), and what a lab hands its families
+when their tool runs start (:class:`ToolStart`)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar, Mapping, Protocol
+
+from ...isolation.options import GradeOptions, Progress
+from ...isolation.submission import Submission
+from ...labspec.spec import LabSpec
+from ...outcome import CheckResult, Stage
+
+#: One planned check: (id, stage, points).
+Planned = tuple[str, Stage, float]
+
+
+class Runs(Protocol):
+    """Where a lab's tool runs go beside its correctness cases (``engine.background.Background``)."""
+
+    def done(self, results: list[CheckResult]) -> None: ...
+    def run(self, stage: Stage, batch: Callable[[], list[CheckResult]], ids: tuple[str, ...] = ()) -> None: ...
+
+
+class Shared(Protocol):
+    """A family's tool runs shared by a repository's labs (a ``labbatch.LabBatch``)."""
+
+    def send(self, lab: str, requests: list) -> None: ...  # type: ignore[type-arg]
+
+
+@dataclass(frozen=True)
+class ToolStart:
+    """One lab's submission, as its families start their tool runs beside its correctness cases."""
+
+    sub: Submission
+    options: GradeOptions
+    progress: Progress
+    runs: Runs
+    shared: Mapping[str, Shared]  # the repository's shared runs, by family name (none for a lab graded alone)
+    passed: Callable[[], bool]  # whether every correctness case passed, once they all ran (blocks until then)
+    sent: set[str] = field(default_factory=set)  # the families whose runs hold a place in their shared runs
+    found: dict[str, object] = field(default_factory=dict)  # what a family's runs leave for the lab's later phases, by name
+
+
+class CheckFamily(ABC):
+    """A family of checks: its part of a lab's plan, its README text, and its tool runs.
+
+    The engine knows a family only through these methods and ``registry.FAMILIES``; adding one
+    touches its own module, the registry and the lab's record of its checks."""
+
+    name: ClassVar[str]
+    stage: ClassVar[Stage]
+
+    @abstractmethod
+    def planned(self, spec: LabSpec) -> list[Planned]:
+        """The family's checks of ``spec``, in report order."""
+
+    def course_only(self, spec: LabSpec) -> set[str]:
+        """The ids of its checks that need the course's files."""
+        return set()
+
+    def gated(self, spec: LabSpec) -> list[str]:
+        """The ids of its checks that score only once every correctness case passes (what an
+        empty or broken kernel would pass trivially)."""
+        return []
+
+    @abstractmethod
+    def describe(self, spec: LabSpec) -> list[str]:
+        """Its part of the lab README's "How it is graded" (lines; none where the lab has no such check)."""
+
+    def threads(self, spec: LabSpec) -> int:
+        """The threads its background runs take beside the correctness cases."""
+        return 0
+
+    def shared(self, specs: list[LabSpec], options: GradeOptions) -> Shared | None:
+        """Its tool runs shared by a repository's labs ``specs`` (one student's), if it batches them."""
+        return None
+
+    def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
+        """Before the lab compiles."""
+        return None  # (none by default)
+
+    def compiled(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
+        """New code was compiled (not found in the build cache)."""
+        return None  # (none by default)
+
+    def start(self, tools: ToolStart) -> None:
+        """Start its tool runs, before the correctness cases."""
+        return None  # (none by default)
+
+    def on_first_pass(self, tools: ToolStart) -> None:
+        """Start what waits for a first passing correctness case."""
+        return None  # (none by default)
+
+    def leave(self, tools: ToolStart | None, lab: str, shared: Shared | None) -> None:
+        """Tell its shared runs that ``lab`` sends nothing (more), unless its runs hold a place there."""
+        if shared is not None and (tools is None or self.name not in tools.sent):
+            shared.send(lab, [])

@@ -1,0 +1,120 @@
+"""The counter family: checks judged on the student's hardware counters (``checks.counters``),
+a repository's cases profiled in one session (``counters.batch``) or read by the replayer."""
+
+from __future__ import annotations
+
+import functools
+
+from ...host import gputurns, toolchain
+from ...isolation.launch import Isolation
+from ...isolation.options import GradeOptions, kernel_cache, probe_for, sandbox_for, work_folder
+from ...labspec.spec import LabSpec
+from ...outcome import Stage, fmt_points
+from ..counters import launched
+from ..counters.batch import EarlySession, ProfileBatch, all_kept, counted
+from ..counters.ncu import Profiles
+from ..counters.replay.collect import replay_by
+from .base import CheckFamily, Planned, Shared, ToolStart
+from .text import case_params
+
+ALL_KEPT = "counters.all_kept"  # (in ``ToolStart.found``) every profiled case kept from an earlier grade
+PROFILES = "counters.profiles"  # ... the student's profiled cases: counters, and what ran
+
+
+class CounterFamily(CheckFamily):
+    name = "counters"
+    stage = Stage.COUNTERS
+
+    def planned(self, spec: LabSpec) -> list[Planned]:
+        return [(c.id, Stage.COUNTERS, c.points) for c in spec.counters]
+
+    def course_only(self, spec: LabSpec) -> set[str]:
+        return {c.id for c in spec.counters if c.course_only}
+
+    def describe(self, spec: LabSpec) -> list[str]:
+        if not spec.counters:
+            return []
+        out = [f"**Hardware counters** ({fmt_points(sum(c.points for c in spec.counters))} points; Nsight Compute, "
+               "one launch, never timed), only once every correctness case passes. Credit grows linearly "
+               "between the two bounds:", "",
+               "| Check | Points | Measures | Case | No credit at | Full credit at |",
+               "| --- | --- | --- | --- | --- | --- |"]
+        for counter in spec.counters:
+            measure = counter.what
+            if counter.kind == "reduction":
+                zero, full = f"<= {counter.zero:g}x fewer than the {counter.baseline} kernel", f">= {counter.full:g}x fewer"
+            else:
+                zero, full = f">= {counter.zero:g}", f"<= {counter.full:g}"
+            out.append(f"| `{counter.id}` | {fmt_points(counter.points)} | {measure} | {case_params(counter.params)} | {zero} | {full} |")
+        out.append("")
+        metrics = sorted({m for c in spec.counters for m in c.metric_names})
+        return [*out, "Metrics: " + ", ".join(f"`{m}`" for m in metrics) + ".", ""]
+
+    def threads(self, spec: LabSpec) -> int:
+        return 1
+
+    def shared(self, specs: list[LabSpec], options: GradeOptions) -> Shared | None:
+        return ProfileBatch([spec.id for spec in specs], early_profiler(specs, options))
+
+    def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
+        if shared is not None and not profiled(spec, options):
+            shared.send(spec.id, [])  # nothing of this lab's to profile: the shared session need not wait for its cases
+
+    def compiled(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
+        """New code: the repository's profiler session starts now."""
+        if isinstance(shared, ProfileBatch) and profiled(spec, options):
+            shared.wake()
+
+    def start(self, tools: ToolStart) -> None:
+        sub, options = tools.sub, tools.options
+        kept = tools.found[ALL_KEPT] = options.reuse_tool_runs and all_kept(sub, launched.profiles_for(sub.spec, options.timing))
+        if not kept:  # runs not all kept: the repository's profiler session starts now
+            self.compiled(sub.spec, options, tools.shared.get(self.name))
+
+    def on_first_pass(self, tools: ToolStart) -> None:
+        """The counters start with the first passing case (beside the sanitizers: 12 s on an H100, 5 to 7 s now)."""
+        sub, options, spec = tools.sub, tools.options, tools.sub.spec
+        if not profiled(spec, options):
+            return
+        tools.sent.add(self.name)  # counted() sends this lab's cases
+        profiles = launched.profiles_for(spec, options.timing)
+        tools.found[PROFILES] = profiles
+        what = ", ".join(dict.fromkeys(c.what for c in profiles.checks))  # (the traffic is one figure per timed kernel)
+        how = ("kept from an earlier grade of this code" if tools.found.get(ALL_KEPT) else
+               "the replayer, in the background" if options.counter_source == "replay" else "Nsight Compute, in the background")
+        tools.progress(f"[{spec.id}] counters: {what} ({how})")
+        batch = tools.shared.get(self.name)
+        assert batch is None or isinstance(batch, ProfileBatch)
+        tools.runs.run(Stage.COUNTERS, functools.partial(counted, sub, batch, tools.passed, profiles,
+                                                         options.reuse_tool_runs, replay_by(options, tools.progress)))
+
+
+def profiled(spec: LabSpec, options: GradeOptions) -> bool:
+    """Whether the student's cases are profiled: for the counter checks, and for the record of
+    which kernels ran that the compiled-code checks are judged on."""
+    return options.counters and launched.profiled(spec, options.timing)
+
+
+def profiles_of(tools: ToolStart | None) -> Profiles | None:
+    """The student's profiled cases, once the counters started (None before, or where they never do)."""
+    found = tools.found.get(PROFILES) if tools is not None else None
+    assert found is None or isinstance(found, Profiles)
+    return found
+
+
+def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession | None:
+    """A student's profiler session, to start before their labs' cases are known (once a lab's
+    new code compiles, or code whose runs were not kept), where two labs or more have counter
+    checks (None where it would not run: no GPU, no profiler)."""
+    # the labs profiled: for their counter checks, their timed case's traffic, or the record of which kernels ran
+    profiled = [spec for spec in specs if launched.profiled(spec, options.timing)]
+    if len(profiled) < 2 or not options.counters or options.counter_source != "ncu" or toolchain.find("ncu") is None or gputurns.active():
+        return None  # (where GPU work takes turns, its job would wait for a turn while it holds the profiler)
+    gpu = probe_for(options).gpu
+    if gpu is None:
+        return None
+    metrics = tuple(dict.fromkeys(m for spec in profiled for ms in launched.profiles_for(spec, options.timing).metrics.values() for m in ms))
+    isolation = Isolation(sandbox_for(options), read_only=tuple(spec.files.problem for spec in profiled),
+                          cupy_cache=kernel_cache(options))
+    root = work_folder(options, "grade-profiler-")
+    return EarlySession(root, metrics, isolation, gpu, options.submission_limit_s)
