@@ -232,6 +232,7 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
 
     from grader.checks.counters import launched, traffic
     from grader.engine import grade
+    from grader.engine.phases import Together
     from grader.labspec.labs import find_lab
 
     batch = ProfileBatch(["memory_types", "tiled_matmul"])
@@ -248,10 +249,10 @@ def test_a_lab_without_counter_checks_leaves_the_session_before_it_compiles(monk
     spec = dataclasses.replace(find_lab("memory_types"), static=(), benchmark=None)
     assert not spec.counters and launched.list_check(spec) is None and not traffic.checks(spec)
     assert launched.list_check(dataclasses.replace(find_lab("memory_types"), benchmark=None)) is not None
-    grade.LabGrading(spec, spec.files.reference, GradeOptions(gpu=False), batch=batch).start().close()
+    grade.LabGrading(spec, spec.files.reference, GradeOptions(gpu=False), together=Together({"counters": batch})).start().close()
     assert seen == [{"tiled_matmul"}]
     counted = find_lab("tiled_matmul")
-    grade.LabGrading(counted, counted.files.reference, GradeOptions(gpu=False), batch=batch).start().close()
+    grade.LabGrading(counted, counted.files.reference, GradeOptions(gpu=False), together=Together({"counters": batch})).start().close()
     assert batch.waiting_for() == set()  # without a GPU it never counts: it leaves when its start ends
 
 

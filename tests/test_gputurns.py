@@ -250,12 +250,11 @@ def test_a_repository_times_its_labs_in_one_turn_of_its_own_once_their_tool_runs
     turns = gputurns.Turns(lock_place("GPU-test", tmp_path))
     seen: list[str] = []
 
-    class Background:
-        def wait(self):
-            seen.append(f"tools of a lab, inside a timing: {turns._timing}")
-            return []
+    def wait_tools():
+        seen.append(f"tools of a lab, inside a timing: {turns._timing}")
+        return []
 
-    gradings = [(i, SimpleNamespace(sub=None, end_workers=True, background=Background(), sessions=lambda: [])) for i in range(2)]
+    gradings = [(i, SimpleNamespace(sub=None, wait_tools=wait_tools, sessions=lambda: [])) for i in range(2)]
     monkeypatch.setattr(repo, "_open_and_time", lambda started, reports, options, gate: seen.append(
         f"timed {len(started)} labs, inside a timing: {turns._timing}"))
     gputurns.use(turns)

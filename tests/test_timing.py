@@ -376,12 +376,14 @@ class _Lab:
         self.name, self.events, self.opening, self.fails_to_open = name, events, opening, fails_to_open
         self.check_s = 0.05
         self.sub = SimpleNamespace(gpu=None)
-        self.end_workers = True
         self.workers = [SimpleNamespace(kill=lambda who=f"{name}/{k}": events.append(("kill", who, time.monotonic())))
                         for k in ("student", "baselines")]
 
     def sessions(self):
         return self.workers
+
+    def wait_tools(self):
+        return []
 
     def open_timing(self):
         self.events.append(("open", self.name, time.monotonic()))
@@ -391,7 +393,6 @@ class _Lab:
         return self
 
     def timed(self):
-        assert not self.end_workers  # the repository ends the workers, not each lab
         self.events.append(("timed", self.name, time.monotonic()))
         return self
 

@@ -60,6 +60,10 @@ class LabBatch(Generic[R, K, V]):
             else:
                 threading.Thread(target=self._run, name=self.name, daemon=True).start()
 
+    def close(self, keep: bool = False) -> None:
+        """End what the shared runs hold beyond their labs' runs (nothing, unless a subclass says so)."""
+        return None
+
     def send_made(self, lab: str, make: Callable[[], list[R]]) -> None:
         """``lab``'s requests as ``make()`` returns them; none where it raises (raised on, once sent)."""
         requests: list[R] = []

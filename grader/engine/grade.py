@@ -1,6 +1,9 @@
-"""Grading one submission for one lab: the flow. Each check family lives with its tool
-(``sass.static_checks``, ``correctness``, ``sanitizer.grade``, ``speed.measured``, ``counters.grade``)
-and sees the submission through one frozen :class:`Submission`.
+"""Grading one submission for one lab: the flow. Each check family lives with its tool and is
+known here through its protocol (``checks.families``): the engine starts, leaves and gates their
+runs without naming them, but for the two checks that read another family's results (the
+compiled-code checks judged again on the kernels the counters saw run; the speed checks failed
+on a sanitizer's stray write). Every family sees the submission through one frozen
+:class:`Submission`.
 
 ``grade()`` is the engine's per-submission entry point: it never raises for problems in the
 submission (they become check results) and is safe to call many times in one process.
@@ -8,24 +11,24 @@ submission (they become check results) and is safe to call many times in one pro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import functools
 import shutil
 import threading
 import time
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..cachedirs import default_cache_dir
-from ..checks import sanitizer, sanitizerbatch, speed
+from ..checks import sanitizer, speed
 from ..checks.correctness import grade_case
 from ..checks.counters import launched, traffic
-from ..checks.counters.batch import ProfileBatch, all_kept, counted
-from ..checks.counters.ncu import Profiles
-from ..checks.counters.replay.collect import replay_by
-from ..checks.sanitizerbatch import SanitizerBatch
+from ..checks.families.base import ToolStart
+from ..checks.families.counters import profiles_of
+from ..checks.families.registry import FAMILIES
 from ..checks.sass import static_checks
-from ..checks.timing import Measurement, TimedRun, baselines_of
+from ..checks.timing import TimedRun, baselines_of
 from ..host import toolchain
 from ..host.gpu import GpuProbe, key_of
 from ..isolation.build import lab_build
@@ -38,86 +41,84 @@ from ..labspec.labs import load_problem
 from ..labspec.spec import LabSpec
 from ..outcome import GATE, CheckResult, KernelResources, LabReport, Outcome, Stage
 from .background import Background, StageClock
-from .plan import course_only_results, fill_checks, gated_check, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
+from .phases import Lab, Opened, Timed, Together, Workers
+from .plan import course_only_results, fill_checks, gated_check, gated_ids, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
 
 
 class LabGrading:
-    """One submission for one lab, graded in two halves.
-
-    ``start()`` compiles, inspects the compiled code, runs the correctness cases and starts the
-    sanitizer and counter runs in the background; ``finish()`` waits for them and times
-    (``timed()``), then scores (``report()``). Grading a repo starts every lab first, times each
-    only when no other GPU work is left (``wait()``), so profilers never run beside a timed call,
-    and scores a lab beside the next one's timing. Neither half raises for problems
-    in the submission: they become check results. From a student bundle only the lab's
-    ``runnable`` part is graded; the report lists the rest as graded on the course's runner.
+    """One submission for one lab, graded in phases: ``start()`` compiles, inspects the compiled
+    code, starts the families' tool runs and runs the correctness cases; ``open_timing()`` waits
+    for the tool runs, gates on correctness and opens the timing; ``timed()`` times; ``report()``
+    scores. Grading a repo starts every lab first, times each only when no other GPU work is left,
+    so profilers never run beside a timed call, and scores a lab beside the next one's timing.
+    No phase raises for problems in the submission: they become check results. From a student
+    bundle only the lab's ``runnable`` part is graded; the report lists the rest as graded on the
+    course's runner.
     """
 
     def __init__(self, spec: LabSpec, source: Path, options: GradeOptions = GradeOptions(),
-                 progress: Progress = no_progress, display_name: str | None = None,
-                 batch: ProfileBatch | None = None, sanitizers: SanitizerBatch | None = None):
-        self.batch = batch  # the repository's shared counter session, if any
-        self.sanitizer_batch = sanitizers  # ... and its shared sanitizer runs
-        self._sent_to_batch = False
-        self.whole = spec  # the lab as the course grades it: what the report lists
-        self.spec, self.source, self.options, self.progress = runnable(spec), source, options, progress
-        self.name = display_name or source.name
-        self.clock, self.sandbox = StageClock(), sandbox_for(options)
-        self.deadline = time.monotonic() + options.submission_limit_s
+                 progress: Progress = no_progress, display_name: str | None = None, together: Together = Together()):
+        self.lab = Lab(spec, runnable(spec), source, display_name or source.name, options, progress, sandbox_for(options),
+                       time.monotonic() + options.submission_limit_s)
+        self.together = together
+        self.clock = StageClock()
+        self.background = Background(self.lab.spec, self.clock)
         self.checks: list[CheckResult] = []
         self.env: dict[str, object] = {}
-        self.timings: dict[str, Mapping[str, Any]] = {}
         self.kernels: tuple[KernelResources, ...] = ()
         self.sub: Submission | None = None
-        self.profiles: Profiles | None = None  # the student's profiled cases: counters, and what ran
-        self.worker: WorkerSession | None = None
-        self.baselines: WorkerSession | None = None
-        self.trusted: WorkerSession | None = None
-        self.background = Background(self.spec, self.clock)
-        self._correctness_over = threading.Event()
-        self._opened = self._all_kept = False  # (all kept: every profiled case kept from an earlier grade)
-        self._run: TimedRun | None = None  # the opened timing, until timed() samples it
-        self._measurement: Measurement | None = None  # the timing, until report() scores it
-        self.end_workers = True  # close() ends the workers (else the caller does: sessions())
-        self._counter_checks: list[CheckResult] = []
+        self.tools: ToolStart | None = None  # the families' tool runs, once started
+        self.workers: Workers | None = None
+        self._cases: Future[bool] = Future()  # whether every correctness case passed, once they all ran
+        self._closed = threading.Event()
+        self._opened: Opened | None = None
+        self._timed: Timed | None = None
         self._work: Path | None = None
-        self._done = False
 
-    # ---------------------------------------------------------------- first half
+    @property
+    def whole(self) -> LabSpec:
+        return self.lab.whole
+
+    @property
+    def spec(self) -> LabSpec:
+        return self.lab.spec
+
+    @property
+    def name(self) -> str:
+        return self.lab.name
+
+    def _over(self) -> bool:
+        """Nothing more to grade: compiled code only (no GPU, or it did not compile), or closed."""
+        return self.sub is None or self._closed.is_set()
+
+    # ---------------------------------------------------------------- compile, static, correctness
 
     def start(self) -> "LabGrading":
         try:
             return self._start()
         finally:
-            if not self._sent_to_batch:
-                self._leave_batch()  # nothing of this lab's to profile in the shared session
-            self._leave_sanitizer_batch()  # ... nor to run under the sanitizers (sent at the start, if any)
+            self._leave_shared(self.tools)  # nothing (more) of this lab's to run in the shared runs
 
-    def _leave_batch(self) -> None:
-        """Tell the shared profiler session this lab sends nothing (more): it need not wait for it."""
-        if self.batch is not None:
-            self.batch.send(self.spec.id, [])
-
-    def _wake_profiler(self) -> None:
-        """New code, or runs not all kept: the repository's profiler session starts now."""
-        if self.batch is not None and self._profiled():
-            self.batch.wake()
-
-    def _leave_sanitizer_batch(self) -> None:
-        """... and the shared sanitizer runs (a lab's first send is the one that counts)."""
-        if self.sanitizer_batch is not None:
-            self.sanitizer_batch.send(self.spec.id, [])
+    def _leave_shared(self, tools: ToolStart | None) -> None:
+        for family in FAMILIES:
+            family.leave(tools, self.spec.id, self.together.shared.get(family.name))
 
     def _start(self) -> "LabGrading":
-        spec, options = self.spec, self.options
-        if not self._profiled():
-            self._leave_batch()  # nothing of this lab's to profile: the shared session need not wait for its cases
+        lab, spec, options = self.lab, self.lab.spec, self.lab.options
+        shared = self.together.shared
+        for family in FAMILIES:
+            family.begin(spec, options, shared.get(family.name))
         probe = probe_for(options)
         self._describe_environment(probe, archs := archs_for(options, probe))
-        self.progress(f"[{spec.id}] compiling {self.name} for {', '.join(archs)}")
+        lab.progress(f"[{spec.id}] compiling {lab.name} for {', '.join(archs)}")
+
+        def compiled() -> None:
+            for family in FAMILIES:
+                family.compiled(spec, options, shared.get(family.name))
+
         with self.clock.stage(Stage.COMPILE.value):
-            build = lab_build(spec, self.source, archs, options.cache_dir, display_name=self.name, sandbox=self.sandbox,
-                              on_compile=self._wake_profiler)
+            build = lab_build(spec, lab.source, archs, options.cache_dir, display_name=lab.name, sandbox=lab.sandbox,
+                              on_compile=compiled)
         self.env["build_cached"] = build.cached
         if not build.ok or build.library is None:
             message = build.message
@@ -126,7 +127,6 @@ class LabGrading:
             self.checks.append(CheckResult("compile", Stage.COMPILE, Outcome.ERROR, 0, 0, message, build.log,
                                            duration_s=build.seconds, location=build.error_at))
             self.checks += fill_checks(spec, self.checks, set(Stage), Outcome.FAIL, "not graded: the file did not compile")
-            self._done = True
             return self
         warn = "\n".join(line for line in build.log.splitlines() if "warning" in line.lower())
         self.checks.append(CheckResult("compile", Stage.COMPILE, Outcome.PASS, 0, 0, build.message, warn, duration_s=build.seconds))
@@ -134,47 +134,38 @@ class LabGrading:
         with self.clock.stage(Stage.STATIC.value):
             self.checks += static_checks(spec, build.library, build.kernels)
         if probe.gpu is None:
-            self.checks, self._done = without_gpu(spec, self.checks, probe.reason), True
+            self.checks = without_gpu(spec, self.checks, probe.reason)
             return self
 
         cache_dir = options.cache_dir or default_cache_dir()
         self._work = work_folder(options, "grade-")
-        isolation = Isolation(self.sandbox, read_only=(build.library, spec.files.problem),
+        isolation = Isolation(lab.sandbox, read_only=(build.library, spec.files.problem),
                               cupy_cache=kernel_cache(options))
-        sub = self.sub = Submission(spec, self.name, build.library, build.kernels, archs, load_problem(spec), isolation,
-                                    cache_dir, self._work, self.deadline, options.submission_limit_s, secret_of(options),
-                                    probe.gpu, source_lines=source_lines(self.source))
-        self._all_kept = options.reuse_tool_runs and all_kept(sub, launched.profiles_for(spec, options.timing))
-        if not self._all_kept:
-            self._wake_profiler()
+        sub = self.sub = Submission(spec, lab.name, build.library, build.kernels, archs, load_problem(spec), isolation,
+                                    cache_dir, self._work, lab.deadline, options.submission_limit_s, secret_of(options),
+                                    probe.gpu, source_lines=source_lines(lab.source))
         # Sanitizer and counter runs are separate processes on tiny cases, each in a thread of its own: they
         # overlap the correctness cases (their counts do not depend on what else runs); timing waits for them
-        self.background.open(len(spec.sanitizers) + 1)
-        if spec.sanitizers and not options.sanitizers:
-            self.background.done([CheckResult(c.id, Stage.SANITIZER, Outcome.SKIPPED, 0, c.points,
-                                              "compute-sanitizer turned off (--no-sanitizers)") for c in spec.sanitizers])
-        elif spec.sanitizers:
-            self.progress(f"[{spec.id}] compute-sanitizer: {', '.join(c.tool for c in spec.sanitizers)} (in the background)")
-            if self.sanitizer_batch is not None:
-                self.sanitizer_batch.send_made(spec.id, lambda: sanitizerbatch.requests_of(sub, options.reuse_tool_runs))
-            for check in spec.sanitizers:
-                self.background.run(Stage.SANITIZER, functools.partial(sanitizerbatch.grade, sub, check, self.sanitizer_batch,
-                                                                       options.reuse_tool_runs), (check.id,))
-        self.worker = WorkerSession(sub.student_dirs(), isolation)
-        # no student code reaches it: it owns the student's buffers and times the baselines
-        self.trusted = baselines_worker(key_of(probe.gpu), isolation.for_baselines())
-        if spec.benchmark and spec.benchmark.checks and options.timing:
-            self.baselines = self.trusted
+        tools = self.tools = ToolStart(sub, options, lab.progress, self.background, shared, self._passed_when_done)
+        for family in FAMILIES:
+            family.prepare(tools)
+        self.background.open(sum(family.threads(spec) for family in FAMILIES))
+        for family in FAMILIES:
+            family.start(tools)
+        # no student code reaches the trusted worker: it owns the student's buffers and times the baselines
+        workers = self.workers = Workers(WorkerSession(sub.student_dirs(), isolation),
+                                         baselines_worker(key_of(probe.gpu), isolation.for_baselines()),
+                                         bool(spec.benchmark and spec.benchmark.checks and options.timing))
         try:
             with self.clock.stage(Stage.CORRECTNESS.value):
-                self._correctness(sub, self.worker, self.trusted)
+                self._correctness(tools, workers)
         finally:
-            self._correctness_over.set()
-        self._keep_worker_for_timing()
+            self._cases_over(self._correct())
+        self._keep_worker_for_timing(workers)
         return self
 
     def _describe_environment(self, probe: GpuProbe, archs: tuple[str, ...]) -> None:
-        self.env.update(nvcc=toolchain.nvcc_version(), archs=",".join(archs), sandbox=self.sandbox.describe())
+        self.env.update(nvcc=toolchain.nvcc_version(), archs=",".join(archs), sandbox=self.lab.sandbox.describe())
         if probe.gpu:
             self.env.update(gpu=probe.gpu.name, compute_capability="%d.%d" % probe.gpu.compute_capability,
                             driver=probe.gpu.driver)
@@ -182,8 +173,8 @@ class LabGrading:
         else:
             self.env["gpu"] = f"none: {probe.reason}"
 
-    def _correctness(self, sub: Submission, worker: WorkerSession, trusted: WorkerSession) -> None:
-        spec, hung, counting = self.spec, False, False
+    def _correctness(self, tools: ToolStart, workers: Workers) -> None:
+        spec, sub, hung, first_pass = self.spec, tools.sub, False, True
         cases = spec.correctness.cases
         for i, case in enumerate(cases):
             cid = f"correctness[{case.label}]"
@@ -194,36 +185,25 @@ class LabGrading:
             if sub.time_left() <= 0:
                 self.checks.append(CheckResult(cid, Stage.CORRECTNESS, Outcome.ERROR, 0, case.points, sub.out_of_time()))
                 continue
-            self.progress(f"[{spec.id}] correctness {i + 1}/{len(cases)}: {case.label}")
-            result = grade_case(sub, worker, trusted, case, f"case{i}")
+            self.lab.progress(f"[{spec.id}] correctness {i + 1}/{len(cases)}: {case.label}")
+            result = grade_case(sub, workers.student, workers.trusted, case, f"case{i}")
             self.checks.append(result)
             hung = result.measured.get("status") == "timeout"
             if hung:  # it would hang under each sanitizer and the profiler too, whose verdicts are gated now
                 sub.moot.set()
-            if not counting and self._profiled() and result.outcome is Outcome.PASS:
-                # counters start with the first passing case (started beside the sanitizers: 12 s on an H100, 5 to 7 s now)
-                counting = self._sent_to_batch = True  # counted() sends this lab's cases
-                profiles = self.profiles = launched.profiles_for(spec, self.options.timing)
-                what = ", ".join(dict.fromkeys(c.what for c in profiles.checks))  # (the traffic is one figure per timed kernel)
-                how = ("kept from an earlier grade of this code" if self._all_kept else
-                       "the replayer, in the background" if self.options.counter_source == "replay" else "Nsight Compute, in the background")
-                self.progress(f"[{spec.id}] counters: {what} ({how})")
-                self.background.run(Stage.COUNTERS, functools.partial(counted, sub, self.batch, self._correct_when_done, profiles,
-                                                                     self.options.reuse_tool_runs, replay_by(self.options, self.progress)))
-
-    def _profiled(self) -> bool:
-        """Whether the student's cases are profiled: for the counter checks, and for the record of
-        which kernels ran that the compiled-code checks are judged on."""
-        return self.options.counters and launched.profiled(self.spec, self.options.timing)
+            if first_pass and result.outcome is Outcome.PASS:
+                first_pass = False
+                for family in FAMILIES:
+                    family.on_first_pass(tools)
 
     def _rejudge_static(self) -> None:
         """Judge the compiled-code checks again on the kernels the profiler saw run; where it kept
         no record, the verdicts on the whole file stand, and a skipped one says why."""
-        sub = self.sub
+        sub, profiles = self.sub, profiles_of(self.tools)
         if sub is None or not self.spec.static:
             return
-        seen = launched.record(self.profiles.runs) if self.profiles is not None else launched.Record(
-            unknown="hardware counters turned off (--no-counters)" if not self.options.counters else "no correctness case passed")
+        seen = launched.record(profiles.runs) if profiles is not None else launched.Record(
+            unknown="hardware counters turned off (--no-counters)" if not self.lab.options.counters else "no correctness case passed")
         if seen.unknown:
             self.checks = [dataclasses.replace(c, message=f"{c.message} (not recorded here: {seen.unknown})")
                            if c.stage is Stage.STATIC and c.outcome is Outcome.SKIPPED else c for c in self.checks]
@@ -231,51 +211,58 @@ class LabGrading:
         judged = {c.id: c for c in static_checks(self.spec, sub.library, sub.kernels, set(seen.names))}
         self.checks = [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in self.checks]
 
-    def _keep_worker_for_timing(self) -> None:
+    def _keep_worker_for_timing(self, workers: Workers) -> None:
         """Keep the worker that ran the correctness cases for the timing, stopped until then
         (SIGSTOP: none of its code runs beside another lab's timed calls), so that the timing
         makes no CUDA context of its own; end it where there is nothing to time. The baselines'
         worker starts now if it has not yet."""
-        if self.worker is None:
-            return
-        if self.baselines is not None and self._correct():
-            speed.hold(self.worker, True)
-            self.baselines.spawn()
+        if workers.baselines is not None and self._correct():
+            speed.hold(workers.student, True)
+            workers.baselines.spawn()
         else:
-            self.worker.kill()
+            workers.student.kill()
 
-    def _correct_when_done(self) -> bool:
-        """``_correct()`` once the correctness cases have all run."""
-        self._correctness_over.wait()
-        return self._correct() and not self._done
+    def _passed_when_done(self) -> bool:
+        """``_correct()`` once the correctness cases have all run (False once closed)."""
+        return self._cases.result() and not self._over()
+
+    def _cases_over(self, passed: bool) -> None:
+        """The correctness cases are over (the first word counts)."""
+        with contextlib.suppress(InvalidStateError):
+            self._cases.set_result(passed)
 
     def _correct(self) -> bool:
         """Whether every correctness case passed (what the later stages are gated on)."""
         return all(c.outcome is Outcome.PASS for c in self.checks if c.stage is Stage.CORRECTNESS)
 
-    # ---------------------------------------------------------------- second half
+    # ---------------------------------------------------------------- tools, timing, scoring
 
     def finish(self) -> LabReport:
-        """The second half: :meth:`timed`, then :meth:`report`."""
+        """The phases after ``start()``: :meth:`timed`, then :meth:`report`."""
         return self.timed().report()
 
+    def wait_tools(self) -> list[CheckResult]:
+        """Block until the lab's tool runs are over (a repository's timing has the GPU alone after them)."""
+        return self.background.wait()
+
     def open_timing(self) -> "LabGrading":
-        """Wait for the background runs, gate on correctness and open the timing (nothing is timed
-        yet): a repository opens every lab's at once, then times each in turn."""
+        """Wait for the tool runs, gate on correctness and open the timing (nothing is timed yet):
+        a repository opens every lab's at once, then times each in turn."""
         try:
-            if not self._done and not self._opened:
-                self._opened = True
-                self._finish_on_gpu()
+            if self._opened is None and not self._over():
+                self._opened = self._finish_on_gpu()
         except BaseException:
             self.close()
             raise
         return self
 
     def timed(self) -> "LabGrading":
-        """:meth:`open_timing`, then time: all the second half does on the GPU."""
+        """:meth:`open_timing`, then time: all the later phases do on the GPU."""
         self.open_timing()
-        run, self._run = self._run, None
-        if run is not None and self._done:
+        opened = self._opened
+        run = opened.run if opened is not None else None
+        self._opened = dataclasses.replace(opened, run=None) if opened is not None else None
+        if run is not None and self._over():
             run.release()
         elif run is not None:
             try:
@@ -287,99 +274,104 @@ class LabGrading:
             if isinstance(timed, list):
                 self.checks += timed
             else:
-                self._measurement = timed  # scored by report()
+                self._timed = Timed(timed)  # scored by report()
         return self
 
     def sessions(self) -> list[WorkerSession]:
-        """The lab's own workers (not the baselines', which outlives it), for a caller that ends
-        them itself (``end_workers`` False)."""
-        return [self.worker] if self.worker is not None else []
+        """The lab's own workers (not the baselines', which outlives it), for a repository that
+        ends them itself (``Together.ends_workers``)."""
+        return [self.workers.student] if self.workers is not None else []
 
     def report(self) -> LabReport:
         """Score what was timed and close: the CPU's part, which may run beside the next lab's timing."""
+        timings: dict[str, Mapping[str, Any]] = {}
         try:
-            if not self._done:
-                self._finish_on_cpu()
+            if not self._over():
+                timings = self._finish_on_cpu()
         finally:
             self.close()
         checks = in_plan_order(self.whole, [*self.checks, *course_only_results(self.whole)])
         return LabReport(self.spec.id, self.spec.title, self.name, tuple(checks), self.env, self.kernels,
-                         self.timings, self.clock.seconds)
+                         timings, self.clock.seconds)
 
-    def _finish_on_gpu(self) -> None:
+    def _finish_on_gpu(self) -> Opened:
         spec = self.spec
-        tool_checks = self.background.wait()
+        tool_checks = self.wait_tools()
         self._rejudge_static()
         passed = self._correct()
         sanitizer_checks = [c for c in tool_checks if c.stage is Stage.SANITIZER]
-        self._counter_checks = [c for c in tool_checks if c.stage is Stage.COUNTERS]
         if not passed:  # what an empty or broken kernel trivially passes earns nothing
-            gated = {c.id for c in spec.static if c.after_correctness} | {c.id for c in sanitizer_checks}
+            gated = set(gated_ids(spec))
             self.checks = [gated_check(c) if c.id in gated else c for c in self.checks]
             sanitizer_checks = [gated_check(c) for c in sanitizer_checks]
         self.checks = sanitizer.explain_nans(self.checks, sanitizer_checks, spec)
         self.checks += sanitizer_checks
+        held = tuple(c for c in tool_checks if c.stage is Stage.COUNTERS)
         if spec.benchmark and spec.benchmark.checks:
-            self._speed(passed, sanitizer.stray_writes(sanitizer_checks))
+            return Opened(self._speed(passed, sanitizer.stray_writes(sanitizer_checks)), held)
+        return Opened(None, held)
 
-    def _finish_on_cpu(self) -> None:
-        spec, options = self.spec, self.options
-        if self._measurement is not None and self.sub is not None and self.worker is not None:
+    def _finish_on_cpu(self) -> dict[str, Mapping[str, Any]]:
+        spec, options = self.spec, self.lab.options
+        timings: dict[str, Mapping[str, Any]] = {}
+        measurement = self._timed.measurement if self._timed is not None else None
+        if measurement is not None and self.sub is not None and self.workers is not None:
             with self.clock.stage(Stage.SPEED.value):
-                checks, timings = speed.scored(self.sub, self.worker, self._measurement)
+                checks, timings = speed.scored(self.sub, self.workers.student, measurement)
             self.checks += checks
             self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
             self.clock.seconds.update({f"{Stage.SPEED.value}.{k}": v for k, v in timings.pop("_phases", {}).items()})
-            self.timings = traffic.joined(spec, timings, self.profiles)
+            timings = traffic.joined(spec, timings, profiles_of(self.tools))
         if spec.counters:
             if not self._correct():
                 self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.FAIL, GATE)
             elif not options.counters:
                 self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.SKIPPED, "hardware counters turned off (--no-counters)")
             else:
-                self.checks += self._counter_checks
+                self.checks += self._opened.held if self._opened is not None else ()
         order = {cid: i for i, (cid, _, _) in enumerate(planned_checks(spec))}
         self.checks.sort(key=lambda c: order.get(c.id, len(order)))
+        return timings
 
-    def _speed(self, passed: bool, unsafe: str) -> None:
-        spec, sub = self.spec, self.sub
+    def _speed(self, passed: bool, unsafe: str) -> TimedRun | None:
+        spec, sub, options = self.spec, self.sub, self.lab.options
         assert spec.benchmark is not None
         if not passed:
             self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.FAIL, GATE)
         elif unsafe:
             self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.FAIL, unsafe)
-        elif not self.options.timing:
+        elif not options.timing:
             self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.SKIPPED, "timing turned off (--no-timing)")
         elif sub is None or sub.time_left() <= 0:
             message = sub.out_of_time() if sub else "not run"
             self.checks += fill_checks(spec, self.checks, {Stage.SPEED}, Outcome.ERROR, message)
         else:
-            assert self.worker is not None and self.baselines is not None
-            self.progress(f"[{spec.id}] timing against {', '.join(baselines_of(spec.benchmark))}")
+            assert self.workers is not None and self.workers.baselines is not None
+            self.lab.progress(f"[{spec.id}] timing against {', '.join(baselines_of(spec.benchmark))}")
             with self.clock.stage(Stage.SPEED.value):
-                opened = speed.opened(sub, self.worker, self.baselines)
+                opened = speed.opened(sub, self.workers.student, self.workers.baselines)
             if isinstance(opened, list):
                 self.checks += opened
             else:
-                self._run = opened  # sampled by timed()
+                return opened  # sampled by timed()
+        return None
 
     def close(self) -> None:
         """Stop the worker and background runs and remove scratch files (idempotent)."""
-        self._done = True
-        self._correctness_over.set()  # a counter run waiting on the cases goes on, and finds nothing to run alone
-        self._leave_batch()  # a counter run cancelled before it sent its cases must not hold the others
-        self._leave_sanitizer_batch()
+        self._closed.set()
+        self._cases_over(False)  # a counter run waiting on the cases goes on, and finds nothing to run alone
+        self._leave_shared(None)  # a tool run cancelled before it sent its cases must not hold the others
         self.background.cancel()
-        for session in self.sessions() if self.end_workers else ():
+        for session in self.sessions() if not self.together.ends_workers else ():
             session.kill()
-        self.worker = self.baselines = self.trusted = None
-        if self._run is not None:
-            self._run.release()
-        self._run = None
-        if self._work is not None and self.options.keep_work is None:
+        self.workers = None
+        opened = self._opened
+        if opened is not None and opened.run is not None:
+            self._opened = dataclasses.replace(opened, run=None)
+            opened.run.release()
+        if self._work is not None and self.lab.options.keep_work is None:
             shutil.rmtree(self._work, ignore_errors=True)
         self._work = None
-        self._done = True
 
 
 def grade(spec: LabSpec, source: Path, options: GradeOptions = GradeOptions(), progress: Progress = no_progress,

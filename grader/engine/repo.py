@@ -16,23 +16,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-from ..checks.counters import launched
-from ..checks.counters.batch import EarlySession, ProfileBatch
-from ..checks.sanitizerbatch import SanitizerBatch
+from ..checks.families.registry import FAMILIES
 from ..errors import GraderError, internal_error_message
-from ..host import gputurns, toolchain
+from ..host import gputurns
 from ..host.gpu import key_of
 from ..host.procgroup import TEARDOWNS
 from ..host.safeio import UnsafeFile, submission_file
 from ..isolation.build import lab_build
-from ..isolation.launch import Isolation
-from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, usable_cpus, work_folder
+from ..isolation.options import GradeOptions, Progress, archs_for, no_progress, probe_for, sandbox_for, usable_cpus
 from ..isolation.sandbox import Sandbox
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, LabReport, Outcome, Stage
 from .baselines import profile_baselines
 from .grade import LabGrading
+from .phases import Together
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
 
 #: The stage seconds of the wait for the GPU to be fit before a lab's timing (in a class run),
@@ -144,17 +142,16 @@ def grade_many(
         prebuild(graded, options)
         profile_baselines(list({spec.id: spec for spec, _, _ in graded}.values()), options, progress)
 
-    def begin(i: int, shared: tuple[ProfileBatch, SanitizerBatch] | None) -> LabGrading | LabReport:
+    def begin(i: int, together: Together) -> LabGrading | LabReport:
         spec, path, display = items[i]
         grading = None
         try:
-            grading = LabGrading(spec, path, options, progress, display_name=display,
-                                 batch=shared[0] if shared else None, sanitizers=shared[1] if shared else None)
+            grading = LabGrading(spec, path, options, progress, display_name=display, together=together)
             return grading.start()
         except Exception as exc:  # one submission's failure must not take down the others
             if grading is not None:
                 grading.close()
-            for batch in shared or ():
+            for batch in together.shared.values():
                 batch.send(spec.id, [])
             return _crashed(spec, display, exc)
 
@@ -171,40 +168,23 @@ def grade_many(
         # the window's labs start together: their correctness cases, sanitizer and counter runs
         # overlap one another (none of them is timed), and the timing below waits for all of them
         # a student's labs share one profiler session and one sanitizer run per tool (never two students')
-        labs = [items[i][0].id for i in todo]
-        early = early_profiler([items[i][0] for i in todo], options) if root is not None else None
-        shared = (ProfileBatch(labs, early), SanitizerBatch(labs)) if root is not None else None
+        specs = [runnable(items[i][0]) for i in todo]
+        shared = {family.name: batch for family in FAMILIES if root is not None
+                  and (batch := family.shared(specs, options)) is not None}
+        together = Together(shared, ends_workers=True)
         started: list[tuple[int, LabGrading]] = []
         try:
             with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
-                for i, begun in zip(todo, pool.map(begin, todo, [shared] * len(todo))):
+                for i, begun in zip(todo, pool.map(begin, todo, [together] * len(todo))):
                     if isinstance(begun, LabReport):
                         reports[i] = begun
                     else:
                         started.append((i, begun))
             _time_in_turn(started, reports, options, before_timing)
         finally:
-            if early is not None:
-                early.close(keep=options.keep_work is not None)
+            for batch in shared.values():
+                batch.close(keep=options.keep_work is not None)
     return [r for r in reports if r is not None]
-
-
-def early_profiler(specs: list[LabSpec], options: GradeOptions) -> EarlySession | None:
-    """A student's profiler session, to start before their labs' cases are known (once a lab's
-    new code compiles, or code whose runs were not kept), where two labs or more have counter
-    checks (None where it would not run: no GPU, no profiler)."""
-    # the labs profiled: for their counter checks, their timed case's traffic, or the record of which kernels ran
-    profiled = [spec for spec in map(runnable, specs) if launched.profiled(spec, options.timing)]
-    if len(profiled) < 2 or not options.counters or options.counter_source != "ncu" or toolchain.find("ncu") is None or gputurns.active():
-        return None  # (where GPU work takes turns, its job would wait for a turn while it holds the profiler)
-    gpu = probe_for(options).gpu
-    if gpu is None:
-        return None
-    metrics = tuple(dict.fromkeys(m for spec in profiled for ms in launched.profiles_for(spec, options.timing).metrics.values() for m in ms))
-    isolation = Isolation(sandbox_for(options), read_only=tuple(spec.files.problem for spec in profiled),
-                          cupy_cache=kernel_cache(options))
-    root = work_folder(options, "grade-profiler-")
-    return EarlySession(root, metrics, isolation, gpu, options.submission_limit_s)
 
 
 def _open(grading: LabGrading) -> BaseException | None:
@@ -224,9 +204,8 @@ def _time_in_turn(started: list[tuple[int, LabGrading]], reports: list[LabReport
     releases a CUDA context beside a timed call."""
     sessions = [(key_of(g.sub.gpu), s) for _, g in started if g.sub is not None for s in g.sessions()]
     for _, grading in started:
-        grading.end_workers = False
         with contextlib.suppress(Exception):  # (opening the timing meets the same failure and reports it)
-            grading.background.wait()  # this student's tool runs end before the timing has the GPU alone
+            grading.wait_tools()  # this student's tool runs end before the timing has the GPU alone
     try:
         with gputurns.timing():  # other students' GPU work on this GPU waits (a class lane's turns)
             _open_and_time(started, reports, options, before_timing)

@@ -274,6 +274,11 @@ class ProfileBatch(LabBatch[Request, CaseKey, CounterRun]):
         if self.early is not None:
             self.early.close(keep=True)
 
+    def close(self, keep: bool = False) -> None:
+        """End the early session, if there is one (``keep``: its files stay)."""
+        if self.early is not None:
+            self.early.close(keep=keep)
+
 
 def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], bool],
             profiles: counters.Profiles | None = None, reuse: bool = True, replay: Replay | None = None) -> list[CheckResult]:

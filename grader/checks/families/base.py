@@ -27,6 +27,7 @@ class Shared(Protocol):
     """A family's tool runs shared by a repository's labs (a ``labbatch.LabBatch``)."""
 
     def send(self, lab: str, requests: list) -> None: ...  # type: ignore[type-arg]
+    def close(self, keep: bool = False) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class CheckFamily(ABC):
 
     def compiled(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
         """New code was compiled (not found in the build cache)."""
+        return None  # (none by default)
+
+    def prepare(self, tools: ToolStart) -> None:
+        """Once the submission is ready to run, before any family starts its runs."""
         return None  # (none by default)
 
     def start(self, tools: ToolStart) -> None:

@@ -65,7 +65,7 @@ class CounterFamily(CheckFamily):
         if isinstance(shared, ProfileBatch) and profiled(spec, options):
             shared.wake()
 
-    def start(self, tools: ToolStart) -> None:
+    def prepare(self, tools: ToolStart) -> None:
         sub, options = tools.sub, tools.options
         kept = tools.found[ALL_KEPT] = options.reuse_tool_runs and all_kept(sub, launched.profiles_for(sub.spec, options.timing))
         if not kept:  # runs not all kept: the repository's profiler session starts now
