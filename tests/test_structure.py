@@ -137,3 +137,20 @@ def test_each_folder_holds_one_concept_of_a_dozen_modules_at_most():
     sizes = {str(f.relative_to(GRADER.parent)): sum(1 for p in f.glob("*.py") if p.name != "__init__.py") for f in folders}
     assert all(n <= 12 for name, n in sizes.items() if name != "grader"), sizes
     assert all((f / "__init__.py").read_text().startswith('"""') for f in folders if f != GRADER), "each folder says what it holds"
+
+
+def test_the_architecture_map_names_every_registered_check_family():
+    """Each family is found through the one registry, the map names its module, and the families'
+    folder holds nothing else but the protocol, the registry and their shared text."""
+    from grader.checks.families.registry import FAMILIES
+
+    text = (GRADER.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    modules = {type(f).__module__ for f in FAMILIES}
+    for module in sorted(modules):
+        assert f"`{module.replace('.', '/')}.py`" in text, module
+    folder = GRADER / "checks" / "families"
+    here = {f"grader.checks.families.{p.stem}" for p in folder.glob("*.py")} - {
+        "grader.checks.families.__init__", "grader.checks.families.base", "grader.checks.families.registry",
+        "grader.checks.families.text"}
+    assert here == modules, "a module in grader/checks/families/ is a registered family"
+    assert len({f.name for f in FAMILIES}) == len(FAMILIES), "each family has a name of its own"
