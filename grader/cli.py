@@ -33,7 +33,7 @@ from .course import release as releasing
 from .course.validate import render as render_validation
 from .course.validate import validate
 from .engine.grade import grade
-from .engine.identity import Identity, completed, file_hashes, identify, single_file_hash
+from .engine.identity import file_hashes, identify, single_file_hash
 from .engine.repo import grade_repo, repo_labs, submission_rel
 from .errors import GraderError, internal_error_id, internal_error_log, report_thread_errors
 from .gradebook import diff as class_diff
@@ -51,9 +51,8 @@ from .isolation.options import GradeOptions, Progress
 from .labspec import labdoc
 from .labspec.labs import find_lab, lab_ids
 from .labspec.paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo, own_labs, refuse_unclaimed, shown, use_labs
-from .outcome import LabReport, fmt_points
-from .report import files as report_files
-from .report import text
+from .outcome import fmt_points
+from .report import publish, text
 from .textutil import clean, clean_line, neutralize_commands, plural
 
 EXIT_OK, EXIT_BELOW, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
@@ -85,7 +84,7 @@ def _output_folders(args: argparse.Namespace) -> None:
     or one they could write) before any grading starts."""
     if getattr(args, "out", None) is not None:
         output_dir(args.out, "the --out folder")
-    report_files.check_folders(getattr(args, "junit", None), getattr(args, "json", None), getattr(args, "markdown", None))
+    publish.Outputs(getattr(args, "junit", None), getattr(args, "json", None), getattr(args, "markdown", None)).check()
     if args.keep_work is not None:
         output_dir(args.keep_work, "the --keep-work folder")
 
@@ -136,8 +135,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     options = _options(args)
     display = shown(source)
     who = identify([spec], {display: single_file_hash(source)}, options)
-    report = grade(spec, source, options, _progress(args), display_name=display)
-    return _finish([report], args, completed(who, [report], options))
+    progress = _progress(args)
+    return _finish(publish.grade_then_write(who, lambda: [grade(spec, source, options, progress, display_name=display)], options,
+                                            _outputs(args)), args)
 
 
 def cmd_grade_repo(args: argparse.Namespace) -> int:
@@ -154,8 +154,9 @@ def cmd_grade_repo(args: argparse.Namespace) -> int:
         _say(f"note: the report records no commit: {problem}")
     who = identify(specs, file_hashes(args.repo, [submission_rel(s.id) for s in specs]), options,
                    repository=args.repo, commit=gitinfo.resolve(args.repo))
-    reports = grade_repo(args.repo, options, _progress(args), labs=args.labs)
-    return _finish(reports, args, completed(who, reports, options))
+    progress = _progress(args)
+    return _finish(publish.grade_then_write(who, lambda: grade_repo(args.repo, options, progress, labs=args.labs), options,
+                                            _outputs(args)), args)
 
 
 def _say_bundle(args: argparse.Namespace) -> None:
@@ -168,9 +169,9 @@ def _say_bundle(args: argparse.Namespace) -> None:
              "runner; a course grades with --labs DIR)")
 
 
-def _finish(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> int:
-    _write_reports(reports, args, identity)
-    sys.stdout.write(text.terminal(reports, verbose=args.verbose, identity=identity.as_dict()))
+def _finish(done: publish.Graded, args: argparse.Namespace) -> int:
+    reports = done.reports
+    sys.stdout.write(text.terminal(reports, verbose=args.verbose, identity=done.identity.as_dict()))
     if args.fail_under is not None:
         score = sum(r.score for r in reports)
         need = _fail_under(args.fail_under, sum(r.max_score for r in reports))
@@ -277,23 +278,12 @@ def cmd_readme(args: argparse.Namespace) -> int:
     return EXIT_BELOW if stale else EXIT_OK
 
 
-def _write_reports(reports: list[LabReport], args: argparse.Namespace, identity: Identity) -> None:
+def _outputs(args: argparse.Namespace) -> publish.Outputs:
+    """Where ``grade`` and ``grade-repo`` write their reports: each file asked for, the rest in --out."""
     out = args.out
-    md = report_files.write(
-        reports, identity.as_dict(),
-        junit_path=args.junit or (out / report_files.NAMES["junit"] if out else None),
-        json_path=args.json or (out / report_files.NAMES["json"] if out else None),
-        markdown_path=args.markdown or (out / report_files.NAMES["markdown"] if out else None),
-        html_path=out / report_files.NAMES["html"] if out else None,
-    )
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        try:  # the runner's file: appended to, never through a link
-            fd = os.open(summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
-        except OSError as exc:
-            raise GraderError(f"GITHUB_STEP_SUMMARY: cannot append the summary ({exc.strerror})", path=summary) from None
-        with open(fd, "a", encoding="utf-8") as fh:
-            fh.write(md)
+    folder = publish.Outputs.folder(out) if out else publish.Outputs()
+    return publish.Outputs(args.junit or folder.junit, args.json or folder.json, args.markdown or folder.markdown, folder.html,
+                           step_summary=os.environ.get("GITHUB_STEP_SUMMARY") or None)
 
 
 def cmd_completion(args: argparse.Namespace) -> int:

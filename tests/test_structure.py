@@ -154,3 +154,22 @@ def test_the_architecture_map_names_every_registered_check_family():
         "grader.checks.families.text"}
     assert here == modules, "a module in grader/checks/families/ is a registered family"
     assert len({f.name for f in FAMILIES}) == len(FAMILIES), "each family has a name of its own"
+
+
+def test_reports_are_written_only_by_the_one_grade_then_write_path():
+    """`grade`, `grade-repo` and a class's lanes grade and write through one call
+    (``grader.report.publish.grade_then_write``), and no module outside ``grader/report/`` writes a
+    report itself."""
+    writers = ("write", "write_folder", "check_folders")
+    outside = []
+    for name, path in _modules().items():
+        if name.startswith("grader.report"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.endswith("report.files"):
+                outside += [f"{name} imports {a.name}" for a in node.names if a.name in writers]
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.endswith("report") and any(a.name == "files" for a in node.names):
+                outside.append(f"{name} imports grader.report.files")
+    assert not outside, outside
+    callers = {name for name, path in _modules().items() if "grade_then_write(" in path.read_text()}
+    assert {"grader.cli", "grader.classroom.student"} <= callers, callers

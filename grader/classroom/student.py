@@ -18,7 +18,7 @@ import shutil
 import time
 from dataclasses import dataclass
 
-from ..engine.identity import Identity, completed
+from ..engine.identity import Identity
 from ..engine.repo import TimingGate, failed_report, grade_repo, submission_rel
 from ..errors import GraderError, internal_error_message
 from ..gradebook import gradescope
@@ -28,7 +28,8 @@ from ..host.safeio import write_whole
 from ..isolation.options import GradeOptions, Progress, no_progress
 from ..labspec.labs import find_lab
 from ..outcome import LabReport, Outcome
-from ..report import files as report_files
+from ..report.files import NAMES
+from ..report.publish import Graded, Outputs, grade_then_write, graded, write
 from . import plan, stopping
 from .plan import StudentJob
 
@@ -69,42 +70,43 @@ def _noted(identity: Identity, note: str) -> Identity:
     return dataclasses.replace(identity, late={**late, "choice": note, "flags": [*late.get("flags", []), note]})
 
 
-def _better(job: StudentJob, reports: list[LabReport], identity: Identity, options: GradeOptions, progress: Progress,
-            gate: TimingGate | None) -> tuple[list[LabReport], Identity, tuple[list[LabReport], Identity] | None]:
-    """The reports and identity that count, and the other commit's where two were graded."""
-    if job.ontime is None or stopping.requested():  # (a stop publishes nothing of this student)
-        return reports, identity, None
-    other = _reports(dataclasses.replace(job, root=job.ontime.root, failure=""), options, progress, gate)
-    other_identity = completed(job.ontime.identity, other, options)
-    penalty = float((identity.late or {}).get("penalty", 0.0))
-    ontime, note = choose(_raw(reports), penalty, _raw(other), identity.commit or "", other_identity.commit or "")
-    late, kept = (reports, _noted(identity, note)), (other, _noted(other_identity, note))
-    return (*kept, late) if ontime else (*late, kept)
+def _better(job: StudentJob, late: Graded, options: GradeOptions, progress: Progress, gate: TimingGate | None,
+            compared: list[Graded]) -> Graded:
+    """The grading that counts; where the on-time commit was graded too, the other one goes into
+    ``compared``. Nothing of a student stopped before their results are published is written."""
+    if job.ontime is not None and not stopping.requested():
+        ontime_job = dataclasses.replace(job, root=job.ontime.root, failure="")
+        ontime = graded(job.ontime.identity, lambda: _reports(ontime_job, options, progress, gate), options)
+        penalty = float((late.identity.late or {}).get("penalty", 0.0))
+        ontime_counts, note = choose(_raw(late.reports), penalty, _raw(ontime.reports), late.identity.commit or "",
+                              ontime.identity.commit or "")
+        kept, other = (Graded(g.reports, _noted(g.identity, note)) for g in ((ontime, late) if ontime_counts else (late, ontime)))
+        compared.append(other)
+        late = kept
+    if stopping.requested():  # the stop may have shaped these reports: nothing of them is kept
+        raise stopping.Stopped(f"{job.student.id}: stopped before their results were published")
+    return late
 
 
 def grade_student(job: StudentJob, options: GradeOptions, progress: Progress = no_progress,
                   gate: TimingGate | None = None, visibility: str = "visible", lane: str = "") -> StudentResult:
     """Grade ``job`` and publish the student's results folder (never raises for the student's work)."""
     started = time.monotonic()
-    reports = _reports(job, options, progress, gate)
-    reports, kept, compared = _better(job, reports, completed(job.identity, reports, options), options, progress, gate)
-    if stopping.requested():  # the stop may have shaped these reports: nothing of them is kept
-        raise stopping.Stopped(f"{job.student.id}: stopped before their results were published")
-    identity = kept.as_dict()
+    partial, compared = plan.partial_folder(job.folder), list[Graded]()
+    done = grade_then_write(job.identity, lambda: _reports(job, options, progress, gate), options,
+                            Outputs.folder(partial, pictures=False),  # (report.html draws the rooflines inline)
+                            lambda late: _better(job, late, options, progress, gate, compared))
+    reports, identity = done.reports, done.identity.as_dict()
     record = record_from({"identity": identity, "labs": [{"lab": r.lab, "score": r.score, "max_score": r.max_score,
                                                           "checks": [{"id": c.id, "outcome": c.outcome.value, "points": c.points,
                                                                       "max_points": c.max_points, "message": c.message} for c in r.checks]}
                                                          for r in reports]}, job.student.id)
     grade = grade_of_record(record)
-    partial = plan.partial_folder(job.folder)
-    report_files.write_folder(reports, identity, partial, pictures=False)  # report.html draws them inline
     standing = "" if grade.scored else f"no grade: {grade.status.replace('_', ' ')} ({grade.reason})"
     doc = gradescope.results(reports, identity, visibility, time.monotonic() - started, standing)
     write_whole(partial / RESULTS, json.dumps(doc, indent=2) + "\n")
-    if compared is not None:
-        other, other_identity = compared
-        report_files.write(other, other_identity.as_dict(), json_path=partial / COMPARED / report_files.NAMES["json"],
-                           markdown_path=partial / COMPARED / report_files.NAMES["markdown"])
+    for other in compared:
+        write(other, Outputs(json=partial / COMPARED / NAMES["json"], markdown=partial / COMPARED / NAMES["markdown"]))
     if stopping.requested():
         shutil.rmtree(partial, ignore_errors=True)
         raise stopping.Stopped(f"{job.student.id}: stopped before their results were published")
