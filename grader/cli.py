@@ -171,7 +171,7 @@ def _say_bundle(args: argparse.Namespace) -> None:
 
 def _finish(done: publish.Graded, args: argparse.Namespace) -> int:
     reports = done.reports
-    sys.stdout.write(text.terminal(reports, verbose=args.verbose, identity=done.identity.as_dict()))
+    sys.stdout.write(text.terminal(reports, verbose=args.verbose, identity=done.identity))
     if args.fail_under is not None:
         score = sum(r.score for r in reports)
         need = _fail_under(args.fail_under, sum(r.max_score for r in reports))

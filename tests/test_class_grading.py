@@ -495,13 +495,15 @@ def test_the_slurm_script_grades_one_shard_per_task_and_merges_them(klass, tmp_p
 
 
 def test_the_leaderboard_ranks_each_timed_labs_speed_against_the_reference():
+    from grader.engine.identity import Identity
     from grader.gradebook import gradescope
     from grader.outcome import LabReport
 
     timed = LabReport("tiled_matmul", "Tiled", "labs/tiled_matmul/student.cu", (),
                       timings={"student": {"median_ms": 2.0}, "reference": {"median_ms": 3.0}, "naive": {"median_ms": 9.0}})
     untimed = LabReport("histogram", "Histogram", "labs/histogram/student.cu", (), timings={"reference": {"median_ms": 1.0}})
-    doc = gradescope.results([timed, untimed], {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580"}, execution_time=12.34)
+    doc = gradescope.results([timed, untimed], Identity("ada", None, None, {}, {}, "", gpu="NVIDIA H100 80GB HBM3", driver="580"),
+                             execution_time=12.34)
     assert doc["leaderboard"] == [{"name": "tiled_matmul: speed vs reference", "value": 1.5, "order": "desc"}]
     assert doc["execution_time"] == 12.3 and doc["extra_data"]["gpu"] == {"name": "NVIDIA H100 80GB HBM3", "driver": "580"}
     _schema("gradescope-results.schema.json").validate(doc)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.engine.identity import Identity
 from grader.engine.repo import submission_path
 from grader.labspec.labs import find_lab
 from grader.outcome import CheckResult, KernelResources, LabReport, Outcome, SourceLocation, Stage
@@ -99,7 +100,7 @@ def synthetic_reports() -> tuple[list[LabReport], dict[str, object]]:
 
 def _written(reports: list[LabReport], identity: dict[str, object] | None, folder: Path) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
-    files.write_folder(reports, identity, folder, pictures=False)
+    files.write_folder(reports, Identity(**identity) if identity is not None else None, folder, pictures=False)  # type: ignore[arg-type]
     return {name: (folder / name).read_text(encoding="utf-8") for name in REPORTS}
 
 

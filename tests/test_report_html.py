@@ -9,6 +9,7 @@ import dataclasses
 import headless
 import pytest
 
+from grader.engine.identity import Identity
 from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage, fmt_points
 from grader.report import files, html, roofline
 
@@ -19,6 +20,9 @@ TIMINGS = {  # tiled_matmul at 4096: 137 GFLOP over 201 MB (the lab's model), as
     "student": {"median_ms": 2.1132, "min_ms": 2.1108, "cv_pct": 0.064, "n": 10, "gflops": 8129.7, "gbps": 119.1},
 }
 HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+ALICE = Identity("alice", None, None, {}, {}, "")
 
 
 def _report(timings=TIMINGS, env=ENV) -> LabReport:
@@ -72,7 +76,7 @@ def test_the_page_is_self_contained_escaped_and_draws_each_kernel():
 
 def test_the_report_folder_has_the_page_the_pictures_and_the_figures_in_markdown(tmp_path):
     pytest.importorskip("matplotlib")
-    md = files.write_folder([_report()], {"student": "alice"}, tmp_path)
+    md = files.write_folder([_report()], ALICE, tmp_path)
     assert (tmp_path / "report.html").is_file()
     png = (tmp_path / "roofline-tiled_matmul.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
@@ -81,7 +85,7 @@ def test_the_report_folder_has_the_page_the_pictures_and_the_figures_in_markdown
 
 
 def test_a_class_folder_has_the_page_without_the_pictures(tmp_path):
-    files.write_folder([_report()], {"student": "alice"}, tmp_path, pictures=False)
+    files.write_folder([_report()], ALICE, tmp_path, pictures=False)
     assert (tmp_path / "report.html").is_file() and "<circle " in (tmp_path / "report.html").read_text()
     assert not list(tmp_path.glob("roofline-*.png"))
 

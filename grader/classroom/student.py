@@ -23,7 +23,7 @@ from ..engine.repo import TimingGate, failed_report, grade_repo, submission_rel
 from ..errors import GraderError, internal_error_message
 from ..gradebook import gradescope
 from ..gradebook.record import choose, grade_of_record
-from ..gradebook.records import record_from
+from ..gradebook.records import record_of
 from ..host.safeio import write_whole
 from ..isolation.options import GradeOptions, Progress, no_progress
 from ..labspec.labs import find_lab
@@ -96,14 +96,11 @@ def grade_student(job: StudentJob, options: GradeOptions, progress: Progress = n
     done = grade_then_write(job.identity, lambda: _reports(job, options, progress, gate), options,
                             Outputs.folder(partial, pictures=False),  # (report.html draws the rooflines inline)
                             lambda late: _better(job, late, options, progress, gate, compared))
-    reports, identity = done.reports, done.identity.as_dict()
-    record = record_from({"identity": identity, "labs": [{"lab": r.lab, "score": r.score, "max_score": r.max_score,
-                                                          "checks": [{"id": c.id, "outcome": c.outcome.value, "points": c.points,
-                                                                      "max_points": c.max_points, "message": c.message} for c in r.checks]}
-                                                         for r in reports]}, job.student.id)
+    reports = done.reports
+    record = record_of(reports, done.identity, job.student.id)
     grade = grade_of_record(record)
     standing = "" if grade.scored else f"no grade: {grade.status.replace('_', ' ')} ({grade.reason})"
-    doc = gradescope.results(reports, identity, visibility, time.monotonic() - started, standing)
+    doc = gradescope.results(reports, done.identity, visibility, time.monotonic() - started, standing)
     write_whole(partial / RESULTS, json.dumps(doc, indent=2) + "\n")
     for other in compared:
         write(other, Outputs(json=partial / COMPARED / NAMES["json"], markdown=partial / COMPARED / NAMES["markdown"]))

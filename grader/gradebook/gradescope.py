@@ -9,8 +9,9 @@ where the assignment's leaderboard is turned on in Gradescope).
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any
 
+from ..engine.identity import Identity
 from ..outcome import LabReport, Outcome, fmt_points
 from ..report.text import graded_total
 from ..textutil import cap_lines, clean
@@ -42,10 +43,11 @@ def leaderboard(reports: list[LabReport]) -> list[dict[str, Any]]:
     return board
 
 
-def results(reports: list[LabReport], identity: Mapping[str, Any] | None = None, visibility: str = "visible",
+def results(reports: list[LabReport], who: Identity | None = None, visibility: str = "visible",
             execution_time: float = 0.0, standing: str = "") -> dict[str, Any]:
     """``standing``: what the student's grade of record says where it is no grade (not due yet, not
     handed in), added to the output."""
+    identity = who.as_dict() if who is not None else None
     tests = []
     for lab_no, r in enumerate(reports, start=1):
         for check_no, c in enumerate(r.checks, start=1):

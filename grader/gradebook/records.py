@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..engine.identity import Identity
 from ..isolation.sandbox import NONE_TAIL
+from ..outcome import LabReport
 from ..textutil import clean_line
 
 PROBLEM_CHARS = 200
@@ -118,6 +120,15 @@ class StudentRecord:
     def status(self) -> str:
         """``ok``, or ``error`` when any check errored (compile error, crash, hang, missing file, grader failure)."""
         return "error" if self.problems else "ok"
+
+
+def record_of(reports: Sequence[LabReport], identity: Identity, student: str) -> StudentRecord:
+    """The record of a grading just done, from its reports and identity (``record_from`` reads one
+    back from a results folder's report.json)."""
+    labs = tuple(LabScore(r.lab, r.score, r.max_score) for r in reports)
+    verdicts = tuple(Verdict(r.lab, c.id, c.outcome.value, c.points, c.max_points, c.message) for r in reports for c in r.checks)
+    late = dict(identity.late) if identity.late is not None else None
+    return StudentRecord(student, labs, verdicts, identity.commit, gpu=identity.gpu, late=late, sandbox=identity.sandbox)
 
 
 def record_from(doc: Mapping[str, Any], student: str) -> StudentRecord:

@@ -8,8 +8,8 @@ Each report's folder is checked (or made private) first, as any folder of the gr
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
 
+from ..engine.identity import Identity
 from ..host.hostdirs import output_dir
 from ..host.safeio import write_whole
 from ..outcome import LabReport
@@ -25,28 +25,29 @@ def check_folders(*paths: Path | None) -> None:
         output_dir(path, junit.FOLDER_WHAT)
 
 
-def write(reports: list[LabReport], identity: Mapping[str, Any] | None, *, junit_path: Path | None = None,
+def write(reports: list[LabReport], identity: Identity | None, *, junit_path: Path | None = None,
           json_path: Path | None = None, markdown_path: Path | None = None, html_path: Path | None = None,
           pictures: bool = True) -> str:
     """Write the reports asked for; returns the Markdown (for a job summary). Beside report.html,
     with ``pictures``, each lab's roofline as ``roofline-<lab>.png`` (where matplotlib is installed;
-    the page itself draws it inline)."""
+    the page itself draws it inline). Each report holds ``identity`` in its JSON form."""
     check_folders(junit_path, json_path, markdown_path, html_path)
+    fields = identity.as_dict() if identity is not None else None
     if junit_path is not None:
-        junit.write(reports, junit_path, identity)
+        junit.write(reports, junit_path, fields)
     if json_path is not None:
-        write_whole(json_path, data.dumps(reports, identity))
+        write_whole(json_path, data.dumps(reports, fields))
     if html_path is not None:
-        write_whole(html_path, html.render(reports, identity))
+        write_whole(html_path, html.render(reports, fields))
         for roof in roofline.all_of(reports) if pictures else ():
             roofline.png(roof, html_path.parent / f"roofline-{roof.lab}.png")
-    md = text.markdown(reports, identity, html_path.name if html_path is not None else None)
+    md = text.markdown(reports, fields, html_path.name if html_path is not None else None)
     if markdown_path is not None:
         write_whole(markdown_path, md)
     return md
 
 
-def write_folder(reports: list[LabReport], identity: Mapping[str, Any] | None, folder: Path, pictures: bool = True) -> str:
+def write_folder(reports: list[LabReport], identity: Identity | None, folder: Path, pictures: bool = True) -> str:
     """report.xml, report.json, report.md and report.html in ``folder`` (and the roofline PNGs
     with ``pictures``: a class leaves them out, about 0.2 s a lab on the lane that grades)."""
     return write(reports, identity, junit_path=folder / NAMES["junit"], json_path=folder / NAMES["json"],

@@ -58,7 +58,7 @@ def graded(who: Identity, grade: Callable[[], list[LabReport]], options: GradeOp
 
 def write(done: Graded, outputs: Outputs) -> str:
     """Write ``done``'s reports where ``outputs`` says; returns the Markdown report."""
-    md = files.write(done.reports, done.identity.as_dict(), junit_path=outputs.junit, json_path=outputs.json,
+    md = files.write(done.reports, done.identity, junit_path=outputs.junit, json_path=outputs.json,
                      markdown_path=outputs.markdown, html_path=outputs.html, pictures=outputs.pictures)
     if outputs.step_summary:
         try:  # the runner's file: appended to, never through a link

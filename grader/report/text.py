@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Any, Iterable, Mapping, TextIO
 
+from ..engine.identity import Identity
 from ..labspec.paths import BUNDLE_LABS, REPOSITORY_BUNDLE
 from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..textutil import (
@@ -53,11 +54,11 @@ def _not_here(skipped: float, course_only: float) -> str:
 
 
 def terminal(reports: Iterable[LabReport], stream: TextIO | None = None, verbose: bool = False,
-             identity: Mapping[str, Any] | None = None) -> str:
+             identity: Identity | None = None) -> str:
     """The summary for a terminal; with the grading's ``identity``, every score line says when the
     labs were the repository's own (the grade is then feedback)."""
     reports = list(reports)
-    note = feedback_note(identity)
+    note = feedback_note(identity.as_dict() if identity is not None else None)
     stream = stream or sys.stdout
     color = _use_color(stream)
     out: list[str] = []
