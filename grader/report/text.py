@@ -6,7 +6,8 @@ import os
 import sys
 from typing import Any, Iterable, Mapping, TextIO
 
-from ..labspec.paths import BUNDLE_LABS, REPOSITORY_BUNDLE
+from ..context import REPOSITORY_BUNDLE
+from ..labspec.paths import BUNDLE_LABS
 from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..textutil import (
     cap_lines,
