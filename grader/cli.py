@@ -12,6 +12,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from .classroom.roster import load as load_roster
 from .classroom.run import MAX_PER_GPU, ClassOptions, class_sandbox, grade_class
 from .classroom.shard import parse as parse_shard
 from .cliparser import parser as _parser
+from .context import LabsSearch, RunContext, current, entered
 from .course import readme
 from .course import release as releasing
 from .course.validate import render as render_validation
@@ -50,7 +52,7 @@ from .isolation import gitinfo
 from .isolation.options import GradeOptions, Progress
 from .labspec import labdoc
 from .labspec.labs import find_lab, lab_ids
-from .labspec.paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, look_in_repo, own_labs, refuse_unclaimed, shown, use_labs
+from .labspec.paths import BUNDLE_LABS, course_labs, labs_dir, locate_labs, refuse_unclaimed, shown
 from .outcome import fmt_points
 from .report import publish, text
 from .textutil import clean, clean_line, neutralize_commands, plural
@@ -117,8 +119,6 @@ def _arch(value: str) -> str:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    if args.source is not None:
-        look_in_repo(args.source.parent)
     refuse_unclaimed("grade")
     spec = find_lab(args.lab)
     if args.source is not None and args.stub:
@@ -143,7 +143,6 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def cmd_grade_repo(args: argparse.Namespace) -> int:
     if args.fail_under is not None:
         _fail_under(args.fail_under, 1.0)
-    look_in_repo(args.repo)
     refuse_unclaimed("grade-repo")
     if args.repo.is_dir():
         _say_bundle(args)
@@ -344,6 +343,15 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_context(args: argparse.Namespace) -> RunContext:
+    """The command's run: its labs as the options say, a graded repository's bundle looked for
+    before the current folder's (the folder of ``grade``'s source file, ``grade-repo``'s repository)."""
+    graded = args.repo if args.command == "grade-repo" else None
+    if args.command == "grade" and args.source is not None:
+        graded = args.source.parent
+    return dataclasses.replace(current(), labs=LabsSearch(chosen=args.labs_dir, repo=graded, own=args.own_labs))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {
@@ -353,10 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     }[args.command]
     report_thread_errors()
     try:
-        use_labs(args.labs_dir)
-        own_labs(args.own_labs)
-        look_in_repo(None)
-        return handler(args)
+        with entered(_run_context(args)):
+            return handler(args)
     except GraderError as exc:
         _say(f"error: {exc}")
         return EXIT_INPUT

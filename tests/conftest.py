@@ -1,5 +1,6 @@
-"""Shared fixtures: a build cache per test session, the GPU marker's skip, a watch on the
-grader's own file descriptors (none closed twice), and the wheel installed once per session."""
+"""Shared fixtures: a build cache per test session, a run context per test, the GPU marker's skip,
+a watch on the grader's own file descriptors (none closed twice), and the wheel installed once per
+session."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import threading
 import traceback
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
+from grader.context import RunContext, current, entered
 from grader.host import gpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +28,16 @@ def _session_cache(tmp_path_factory):
     if not os.environ.get("GRADER_CACHE_DIR"):
         os.environ["GRADER_CACHE_DIR"] = str(tmp_path_factory.mktemp("grader-cache"))
     yield
+
+
+@pytest.fixture(autouse=True)
+def run_context() -> Iterator[RunContext]:
+    """Each test is a run of its own: labs looked for from the defaults, no GPU turns, no scoring
+    times learned from an earlier test. The secret is the session's, so that the case cache keeps
+    its answers across tests (as it does across a class's students). A test that changes what its
+    run says (``enter(replace(current(), ...))``) changes it for itself alone."""
+    with entered(RunContext(secret=current().secret)) as run:
+        yield run
 
 
 @pytest.fixture(autouse=True)

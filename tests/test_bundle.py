@@ -7,11 +7,13 @@ import dataclasses
 import filecmp
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from grader.cli import main
+from grader.context import LabsSearch, current, enter
 from grader.course.release import release
 from grader.engine.grade import grade
 from grader.engine.plan import COURSE_RUNNER, course_only_ids, runnable
@@ -32,8 +34,6 @@ NO_GPU = GradeOptions(gpu=False)
 def _no_lab_settings(monkeypatch, tmp_path):
     monkeypatch.delenv("GRADER_LABS_DIR", raising=False)
     monkeypatch.setenv("GRADER_LOG", str(tmp_path / "internal-errors.log"))
-    monkeypatch.setattr(paths, "_chosen", None)
-    monkeypatch.setattr(paths, "_repo", None)
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +74,16 @@ def test_labs_are_found_in_order(monkeypatch, tmp_path, released):
     monkeypatch.chdir(released / "labs" / "histogram")  # inside a student repository
     assert paths.labs_dir() == released / ".cuda-grader" / "labs"
     assert paths.locate_labs().how == "the repository's student bundle"
-    paths.look_in_repo(TEMPLATE)  # the repository graded comes before the current folder
+    enter(replace(current(), labs=LabsSearch(repo=TEMPLATE)))  # the repository graded comes before the current folder
     assert paths.labs_dir() == TEMPLATE / ".cuda-grader" / "labs"
     monkeypatch.setattr(paths, "PROJECT_ROOT", ROOT)  # a course checkout comes before any repository's bundle
     assert paths.labs_dir() == ROOT / "labs" and paths.locate_labs().how == "the course repository"
     monkeypatch.setenv("GRADER_LABS_DIR", str(released / ".cuda-grader" / "labs"))
     assert paths.labs_dir() == released / ".cuda-grader" / "labs"
-    paths.use_labs(tmp_path / "nowhere")  # --labs beats everything, and must exist
+    enter(replace(current(), labs=LabsSearch(chosen=tmp_path / "nowhere")))  # --labs beats everything, and must exist
     with pytest.raises(GraderError, match=r"nowhere: not a folder of labs \(--labs\)"):
         paths.labs_dir()
-    paths.use_labs(tmp_path)
+    enter(replace(current(), labs=LabsSearch(chosen=tmp_path)))
     with pytest.raises(GraderError, match="no labs found: no folder here has a lab.yaml"):
         lab_ids()
 

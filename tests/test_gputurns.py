@@ -10,10 +10,12 @@ import sys
 import textwrap
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from grader.context import current, entered
 from grader.host import gputurns
 from grader.host.hostlock import LockTimeout, lock_place
 
@@ -202,7 +204,7 @@ def test_a_wait_for_another_process_s_timing_is_bounded_and_says_so(tmp_path):
 
 
 def test_without_turns_configured_both_are_no_ops():
-    gputurns.use(None)
+    assert current().turns is None and not gputurns.active()
     with gputurns.timing(), gputurns.step(), gputurns.step():
         pass
 
@@ -257,11 +259,8 @@ def test_a_repository_times_its_labs_in_one_turn_of_its_own_once_their_tool_runs
     gradings = [(i, SimpleNamespace(sub=None, wait_tools=wait_tools, sessions=lambda: [])) for i in range(2)]
     monkeypatch.setattr(repo, "_open_and_time", lambda started, reports, options, gate: seen.append(
         f"timed {len(started)} labs, inside a timing: {turns._timing}"))
-    gputurns.use(turns)
-    try:
+    with entered(replace(current(), turns=turns)):
         repo._time_in_turn(gradings, [None, None], GradeOptions(gpu=False), None)
-    finally:
-        gputurns.use(None)
     assert seen == ["tools of a lab, inside a timing: False"] * 2 + ["timed 2 labs, inside a timing: True"]
 
 
@@ -273,16 +272,13 @@ def test_a_long_wait_for_a_turn_is_told_to_the_student_s_progress(tmp_path, monk
     timer = _start(tmp_path, "timing", 1.5, timed)
     _when_started(timed)
     heard: list[str] = []
-    gputurns.use(gputurns.Turns(lock_place("GPU-test", tmp_path)))
-    try:
+    with entered(replace(current(), turns=gputurns.Turns(lock_place("GPU-test", tmp_path)))):
         gputurns.tell(heard.append)
         with gputurns.step():
             pass
         gputurns.tell(None)
         with gputurns.step():  # nobody told: nothing heard
             pass
-    finally:
-        gputurns.use(None)
     assert timer.wait(30) == 0
     assert len(heard) >= 3 and all(h.endswith(" s for a timing to end on this GPU") and h.startswith("waiting ") for h in heard), heard
     gputurns.tell(print)  # without turns configured: nothing to tell

@@ -97,10 +97,11 @@ def test_every_module_the_architecture_map_names_exists():
 #: The layers, lowest first: a module imports from its own layer and those below it, never above.
 #: Shared basics and the worker (which runs alone in the sandbox) are at the bottom; the command line on top.
 #: Safe file access (``grader.host.safeio``, which needs only ``grader.errors``) is a shared basic: the lab
-#: loader reads lab.yaml through its capped reader.
+#: loader reads lab.yaml through its capped reader. So is the run's context (``grader.context``): the
+#: labs search, the GPU's turns and the secret are read from the lab loader up.
 LAYERS = (
     ("grader", "grader.errors", "grader.outcome", "grader.textutil", "grader.cachedirs", "grader.worker",
-     "grader.host.safeio"),
+     "grader.host.safeio", "grader.context"),
     ("grader.labspec",),
     ("grader.host",),
     ("grader.gitread",),
@@ -173,3 +174,40 @@ def test_reports_are_written_only_by_the_one_grade_then_write_path():
     assert not outside, outside
     callers = {name for name, path in _modules().items() if "grade_then_write(" in path.read_text()}
     assert {"grader.cli", "grader.classroom.student"} <= callers, callers
+
+
+#: Calls that hand work to another process, not another thread: the lane adopts the run there
+#: (``grader.isolation.inherit``).
+OTHER_PROCESS = {("grader.classroom.lanes", "self.pool.submit")}
+
+
+def test_every_thread_the_grader_starts_works_in_the_run_s_context():
+    """A new thread does not inherit the ``ContextVar`` that holds the run's context: each callable
+    the grader hands a thread (``threading.Thread``'s target, an executor's ``submit`` or ``map``) is
+    wrapped in ``carried``, or a thread would find its labs, secret and GPU turns from the defaults."""
+
+    def carried(node: ast.expr | None) -> bool:
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "carried"
+
+    bare, seen = [], 0
+    for name, path in _modules().items():
+        if name.startswith("grader.worker"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if called == "Thread":
+                target = next((k.value for k in node.keywords if k.arg == "target"), node.args[1] if len(node.args) > 1 else None)
+            elif called in ("submit", "map") and isinstance(func, ast.Attribute):
+                if (name, ast.unparse(func)) in OTHER_PROCESS:
+                    continue
+                target = node.args[0] if node.args else None
+            else:
+                continue
+            seen += 1
+            if not carried(target):
+                bare.append(f"{name}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert seen > 15, "the check finds the grader's threads"
+    assert not bare, bare

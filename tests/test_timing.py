@@ -406,11 +406,8 @@ class _Lab:
 
 
 def test_a_repositorys_labs_open_their_timings_together_and_their_workers_end_after_the_last(monkeypatch):
-    from grader.engine import repo
     from grader.engine.repo import _time_in_turn
     from grader.host.procgroup import TEARDOWNS
-
-    monkeypatch.setattr(repo, "SCORING_S", {})
 
     events: list = []
     opening = threading.Barrier(3, timeout=5)  # broken unless the three labs open together
@@ -495,11 +492,9 @@ def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatc
 
 def test_the_lab_whose_timed_output_took_longest_to_check_is_timed_first(monkeypatch):
     """Its check runs beside the other labs' timings instead of after the last one."""
-    from grader.engine import repo
     from grader.engine.repo import _time_in_turn
     from grader.host.procgroup import TEARDOWNS
 
-    monkeypatch.setattr(repo, "SCORING_S", {})
     order = []
     for _ in range(2):  # the first repository teaches the second
         events: list = []

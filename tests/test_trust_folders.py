@@ -147,8 +147,8 @@ ATTACK = r"""
 import json, os, subprocess, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
+from grader.context import LabsSearch, RunContext, enter
 from grader.isolation import build, sandbox
-from grader.labspec import paths
 what, arg = sys.argv[2], sys.argv[3]
 box = sandbox.detect()
 out = {"active": box.active, "describe": box.describe()}
@@ -161,7 +161,7 @@ if what == "userns":
     out["ctypes"] = done.stdout.strip() or done.stderr.strip()
 else:
     course, scratch = Path(arg), Path(sys.argv[4])
-    paths.use_labs(course / "labs")
+    enter(RunContext(labs=LabsSearch(chosen=course / "labs")))  # --labs
     header = course / "labs" / "tiled_matmul" / "interface.h"
     for name, text in (("reference", f'#include "{course}/reference/tiled_matmul/reference.cu"\n'),
                        ("lab_yaml", f'#if __has_include("{course}/labs/tiled_matmul/lab.yaml")\n#error LAB_YAML_VISIBLE\n#endif\n'

@@ -251,16 +251,17 @@ def test_a_lane_process_resolves_exactly_the_parents_labs(tmp_path, released, mo
     """The real lane (a spawned process, as the scheduler starts it, CPU only: its setup needs no
     GPU) against the parent's --labs, with a student's bundle in the current folder."""
     import multiprocessing
+    from dataclasses import replace
 
     from grader.classroom.lanes import GpuLane
+    from grader.context import LabsSearch, current, enter
     from grader.host.gpus import GpuSlot
-    from grader.isolation import options as grading_options
     from grader.isolation.options import GradeOptions
 
     course = tmp_path / "course"
     release(ROOT / "labs", course, course=True)
     monkeypatch.chdir(released)  # the TA's folder: inside a student's repository
-    paths.use_labs(course / "labs")  # --labs
+    enter(replace(current(), labs=LabsSearch(chosen=course / "labs")))  # --labs
     parent = paths.locate_labs()
     manager = multiprocessing.get_context("spawn").Manager()
     classmates = [str(tmp_path / "class" / "alice"), str(tmp_path / "class" / "bob")]
@@ -270,8 +271,9 @@ def test_a_lane_process_resolves_exactly_the_parents_labs(tmp_path, released, mo
         child = lane.pool.submit(paths.locate_labs).result(timeout=120)
         assert child.path == course / "labs" and lane.pool.submit(paths.labs_dir).result(timeout=60) == course / "labs"
         assert child == parent and child.origin == "--labs"
-        secret = lane.pool.submit(grading_options.run_secret).result(timeout=60)
-        assert secret == grading_options.run_secret()  # one run, one secret: every lane draws the same inputs
+        run = lane.pool.submit(current).result(timeout=60)
+        assert run.secret == current().secret  # one run, one secret: every lane draws the same inputs
+        assert run.turns is None  # one seat on the GPU: no turns to take
         # the lane's sandboxes cover the class's folders as the parent's do
         assert set(classmates) <= set(lane.pool.submit(sandbox.kept_out_now).result(timeout=60))
     finally:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, Generic, Hashable, Iterable, Mapping, Protocol, TypeVar
 
+from ..context import carried
+
 
 class LabRequest(Protocol):
     @property
@@ -58,7 +60,7 @@ class LabBatch(Generic[R, K, V]):
                 self._alone()
                 self._done.set()  # one lab: it runs as it would alone
             else:
-                threading.Thread(target=self._run, name=self.name, daemon=True).start()
+                threading.Thread(target=carried(self._run), name=self.name, daemon=True).start()
 
     def close(self, keep: bool = False) -> None:
         """End what the shared runs hold beyond their labs' runs (nothing, unless a subclass says so)."""

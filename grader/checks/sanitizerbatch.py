@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..context import carried
 from ..host import toolchain
 from ..host.hostdirs import private_dir, read_private, write_private
 from ..host.procgroup import AnyOf, Stop
@@ -178,7 +179,7 @@ def sanitize_together(requests: list[ToolRequest]) -> dict[tuple[str, str], Sani
         except BaseException as exc:  # noqa: B036 - raised below, to every lab
             failures.append(exc)
 
-    threads = [threading.Thread(target=settle, args=(tool, batch), name=f"sanitize-{tool}")
+    threads = [threading.Thread(target=carried(settle), args=(tool, batch), name=f"sanitize-{tool}")
                for tool, batch in tools.items() if len({r.lab for r in batch}) > 1]
     for t in threads:
         t.start()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..context import carried
 from ..host.gpu import key_of
 from ..host.procgroup import TEARDOWNS
 from ..isolation.build import baseline_library
@@ -192,7 +193,7 @@ class TimedRun:
             student = opening(spec, {"student": str(sub.library)}, seed, False)
             student["share"], student["buffers"] = buffers.data["share"], buffers.data["buffers"]
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
-                student_open = pool.submit(self._opened, "student", student, buffers.fds)
+                student_open = pool.submit(carried(self._opened), "student", student, buffers.fds)
                 self.m.device = self._opened(self.baselines[0], baselines_opening(spec, sub.archs, sub.cache_dir, sub.secret)).data["device"]
                 student_open.result()
         except BaseException:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..context import carried
 from ..engine.identity import utc_stamp
 from ..errors import INTERNAL_ERROR, GraderError, internal_error_message
 from ..gradebook.late import DAY, LatePolicy
@@ -330,7 +331,7 @@ def collect(entries: list[Entry], folder: Path, policy: LatePolicy, now: datetim
         state[e.student].source, state[e.student].deadline = redact(e.source), utc_stamp(e.deadline)
     notes: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=FETCHES_AT_ONCE) as pool:
-        futures = {e.student: pool.submit(_collect_one, e, state[e.student], folder / REPOS / e.student, start, clock, allow_local)
+        futures = {e.student: pool.submit(carried(_collect_one), e, state[e.student], folder / REPOS / e.student, start, clock, allow_local)
                    for e in entries}
         for k, e in enumerate(entries, start=1):
             notes[e.student], state[e.student] = futures[e.student].result()

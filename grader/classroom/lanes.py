@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import psutil
 
+from ..context import carried
 from ..engine.rehearsal import rehearse_timings
 from ..errors import report_thread_errors
 from ..host import gpulock, gputurns, health
@@ -76,16 +77,15 @@ _LANE: dict[str, Any] = {}
 
 def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inherit.Inherited, seat: int = 0,
                 root: int | None = None, per_gpu: int = 1) -> None:
-    inherit.adopt(inherited)
+    folder = gpulock.gpu_folder(slot.key)
+    # several students at once on the GPU: their work takes turns with each timing
+    inherit.adopt(inherited, gputurns.Turns(folder) if per_gpu > 1 else None)
     report_thread_errors()  # a thread of the lane's that fails says so in one line, not a trace among the progress
     stopping.install()  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
-    folder = gpulock.gpu_folder(slot.key)
-    if per_gpu > 1:  # several students at once on the GPU: their work takes turns with each timing
-        gputurns.use(gputurns.Turns(folder))
     outbox: queues.SimpleQueue[Any] = queues.SimpleQueue()
-    threading.Thread(target=_forward, args=(outbox, queue), name="lane-progress", daemon=True).start()
+    threading.Thread(target=carried(_forward), args=(outbox, queue), name="lane-progress", daemon=True).start()
     _LANE.update(slot=slot, seat=seat, name=lane_name(slot, seat), outbox=outbox, folder=folder,
                  gate=health.lane_gate(slot.index, health_wait_s, root))
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from ..context import LabsLocation
 from ..engine.identity import Identity, file_hashes, identify
 from ..engine.repo import submission_rel
 from ..errors import INTERNAL_ERROR
 from ..gradebook.records import STUDENTS_DIR, student_folder
 from ..isolation import gitinfo
 from ..isolation.options import GradeOptions
-from ..labspec import paths
 from ..labspec.spec import LabSpec
 from . import checkout
 from .roster import Student
@@ -88,7 +88,7 @@ def _locate(student: Student, rels: list[str], scratch: Path) -> tuple[Path | No
 
 
 def plan_student(student: Student, specs: list[LabSpec], options: GradeOptions, out: Path, scratch: Path,
-                 where: str = "", labs: paths.LabsLocation | None = None, outputs: Mapping[str, str] | None = None) -> StudentJob:
+                 where: str = "", labs: LabsLocation | None = None, outputs: Mapping[str, str] | None = None) -> StudentJob:
     rels = [submission_rel(spec.id) for spec in specs]
     try:
         root, commit, failure = _locate(student, rels, scratch)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..context import carried
 from ..host.safeio import appending
 from ..outcome import fmt_points
 from ..textutil import clean_line, neutralize_commands, plural
@@ -126,7 +127,7 @@ class Display:
         self.say(f"grading {total} students on {len(lanes)} lanes ({', '.join(lanes)})" if total else "nothing to grade")
         if total and not self.quiet and not self.shows_lanes:
             self._ticker = threading.Event()
-            threading.Thread(target=self._tick, args=(self._ticker,), name="class-still", daemon=True).start()
+            threading.Thread(target=carried(self._tick), args=(self._ticker,), name="class-still", daemon=True).start()
 
     def lane(self, lane: str, student: str, text: str) -> None:
         self._note(lane, student, text)

@@ -11,6 +11,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from ..context import carried
 from ..host.gpus import GpuSlot
 from ..isolation import inherit
 from ..isolation.options import GradeOptions, usable_cpus
@@ -85,7 +86,7 @@ class Scheduler:
             needs = self.builder.tasks(job)
             for key, task in needs.items():
                 if key not in submitted:
-                    submitted[key] = pool.submit(task)
+                    submitted[key] = pool.submit(carried(task))
             built.append([submitted[key] for key in needs])
         order = iter(range(len(jobs)))
         take = threading.Lock()
@@ -117,10 +118,10 @@ class Scheduler:
         # the forwarder drains the lanes' events until every lane process has exited: a process
         # whose queue still holds events cannot exit before someone reads them
         drained = threading.Event()
-        forwarder = threading.Thread(target=self._forward_events, args=(drained,), daemon=True) if self._events else None
+        forwarder = threading.Thread(target=carried(self._forward_events), args=(drained,), daemon=True) if self._events else None
         if forwarder:
             forwarder.start()
-        threads = [threading.Thread(target=lane_loop, args=(lane,), name=f"lane-{lane.name}", daemon=True) for lane in lanes]
+        threads = [threading.Thread(target=carried(lane_loop), args=(lane,), name=f"lane-{lane.name}", daemon=True) for lane in lanes]
         finished = False
         try:
             for t in threads:

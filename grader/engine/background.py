@@ -8,6 +8,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from ..context import carried
 from ..errors import internal_error_message
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, Outcome, Stage
@@ -55,7 +56,7 @@ class Background:
     def run(self, stage: Stage, batch: Batch, ids: tuple[str, ...] = ()) -> None:
         """Run a batch of checks (of ``stage``; those named by ``ids``, or all) beside the correctness cases."""
         assert self._pool is not None
-        self.futures.append(self._pool.submit(self._guarded, stage, batch, ids))
+        self.futures.append(self._pool.submit(carried(self._guarded), stage, batch, ids))
 
     def _guarded(self, stage: Stage, batch: Batch, ids: tuple[str, ...]) -> list[CheckResult]:
         """``batch()``; a grader bug in it becomes errors on its checks, with an id. The stage's

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .. import __version__
+from ..context import LAB_PATH, REPOSITORY_BUNDLE, LabsLocation
 from ..errors import GraderError
 from ..host.safeio import SOURCE_LIMIT_BYTES, read_beneath, read_file
 from ..isolation.options import GradeOptions, probe_for, sandbox_for
@@ -78,10 +79,10 @@ class LabsUsed:
 
     @property
     def feedback_only(self) -> bool:
-        return self.origin == paths.REPOSITORY_BUNDLE
+        return self.origin == REPOSITORY_BUNDLE
 
 
-def labs_used(specs: list[LabSpec], location: paths.LabsLocation | None = None) -> LabsUsed:
+def labs_used(specs: list[LabSpec], location: LabsLocation | None = None) -> LabsUsed:
     """Where ``specs`` came from: the labs folder found (``location``, default: as this process
     finds it), or, for a lab named by its path, that lab's folder."""
     found = location or paths.locate_labs()
@@ -89,7 +90,7 @@ def labs_used(specs: list[LabSpec], location: paths.LabsLocation | None = None) 
     origin: str = found.origin or ""
     if folder is None or any(not spec.root.is_relative_to(folder) for spec in specs):
         outside = [spec.root for spec in specs if folder is None or not spec.root.is_relative_to(folder)]
-        folder, origin = (outside[0] if len(outside) == 1 else Path(os.path.commonpath(outside))), paths.LAB_PATH
+        folder, origin = (outside[0] if len(outside) == 1 else Path(os.path.commonpath(outside))), LAB_PATH
     return LabsUsed(origin, str(folder), labs_folder_hash(str(folder)))
 
 
@@ -158,7 +159,7 @@ class Identity:
 
 def identify(specs: list[LabSpec], files: Mapping[str, str | None], options: GradeOptions, *,
              student: str | None = None, repository: Path | None = None, commit: str | None = None,
-             where: str = "", location: paths.LabsLocation | None = None, outputs: Mapping[str, str] | None = None,
+             where: str = "", location: LabsLocation | None = None, outputs: Mapping[str, str] | None = None,
              late: Mapping[str, Any] | None = None) -> Identity:
     """The identity of a grading about to run (when and where are filled in by :func:`completed`);
     ``location``: where the labs were found (default: as this process finds them)."""

@@ -15,6 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..checks.timing import SampleFailed, baselines_of, inputs_only, rehearse
+from ..context import carried
 from ..errors import internal_error_message
 from ..host.gpu import key_of
 from ..isolation.build import baseline_library
@@ -43,7 +44,7 @@ def rehearse_timings(specs: list[LabSpec], options: GradeOptions, progress: Prog
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="rehearsal-build") as pool:  # all at once, ahead
         for spec, bench in timed:
             for name in baselines_of(bench):
-                pool.submit(baseline_library, spec, name, archs, options.cache_dir)
+                pool.submit(carried(baseline_library), spec, name, archs, options.cache_dir)
         for spec, bench in timed:  # meanwhile the kernels that make each lab's inputs, which need no library
             with contextlib.suppress(Exception):  # the rehearsal proper below says what went wrong
                 worker.run(inputs_only(spec, secret), bench.time_limit_s)

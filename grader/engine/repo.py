@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..checks.families.registry import FAMILIES
+from ..context import carried, current
 from ..errors import GraderError, internal_error_message
 from ..host import gputurns
 from ..host.gpu import key_of
@@ -106,7 +107,7 @@ def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs
             for name in spec.baseline_names:
                 builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
     with ThreadPoolExecutor(max_workers=jobs or usable_cpus()) as pool:  # every core: a cold start compiles 15 sources
-        futures = [pool.submit(lab_build, spec, path, archs, options.cache_dir, display, box)
+        futures = [pool.submit(carried(lab_build), spec, path, archs, options.cache_dir, display, box)
                    for (_, path, display), (spec, box) in builds.items()]
         for future in futures:
             try:
@@ -175,7 +176,7 @@ def grade_many(
         started: list[tuple[int, LabGrading]] = []
         try:
             with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="start") as pool:
-                for i, begun in zip(todo, pool.map(begin, todo, [together] * len(todo))):
+                for i, begun in zip(todo, pool.map(carried(begin), todo, [together] * len(todo))):
                     if isinstance(begun, LabReport):
                         reports[i] = begun
                     else:
@@ -217,7 +218,7 @@ def _time_in_turn(started: list[tuple[int, LabGrading]], reports: list[LabReport
 def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabReport | None], options: GradeOptions,
                    before_timing: TimingGate | None) -> None:
     with ThreadPoolExecutor(max_workers=max(1, len(started)), thread_name_prefix="open") as pool:
-        failed = list(pool.map(_open, [grading for _, grading in started]))
+        failed = list(pool.map(carried(_open), [grading for _, grading in started]))
     for (i, grading), exc in zip(started, failed):
         if exc is not None:
             reports[i] = _crashed(grading.whole, grading.name, exc)
@@ -230,7 +231,7 @@ def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabRepor
                 if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
                     note = before_timing(grading.spec)
                 gate_s = time.monotonic() - asked
-                scoring.append((i, grading, note, gate_s, scorer.submit(grading.timed().report)))
+                scoring.append((i, grading, note, gate_s, scorer.submit(carried(grading.timed().report))))
             except Exception as exc:
                 grading.close()
                 reports[i] = _crashed(grading.whole, grading.name, exc)
@@ -238,22 +239,21 @@ def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabRepor
             try:
                 report = reports[i] = after_gate(future.result(), note, gate_s)
                 if SPEED_CHECK in report.stage_seconds:  # (a lab not timed says nothing of its check)
-                    SCORING_S[report.lab] = report.stage_seconds[SPEED_CHECK]
+                    current().scoring_s[report.lab] = report.stage_seconds[SPEED_CHECK]
             except Exception as exc:
                 grading.close()
                 reports[i] = _crashed(grading.whole, grading.name, exc)
 
 
-#: Seconds each lab's timed output last took to check, on the CPU beside the next lab's timing.
-SCORING_S: dict[str, float] = {}
 SPEED_CHECK = f"{Stage.SPEED.value}.check"
 
 
 def scoring_first(started: list[tuple[int, LabGrading]]) -> list[tuple[int, LabGrading]]:
     """The labs in the order they are timed: those whose timed output took longest to check
-    (for an earlier student of this process) first, so that check runs beside the others'
-    timings rather than after the last (memory_types' oracle takes 1.5-2.5 s); else as given."""
-    return sorted(started, key=lambda item: -SCORING_S.get(item[1].spec.id, 0.0))
+    (for an earlier student of this run: ``RunContext.scoring_s``) first, so that check runs beside
+    the others' timings rather than after the last (memory_types' oracle takes 1.5-2.5 s); else as given."""
+    scoring_s = current().scoring_s
+    return sorted(started, key=lambda item: -scoring_s.get(item[1].spec.id, 0.0))
 
 
 def after_gate(report: LabReport, note: str, waited_s: float) -> LabReport:

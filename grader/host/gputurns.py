@@ -23,7 +23,8 @@ own timing at the latest.
 a wait over ``NOTE_S`` is told, every ``NOTE_S``, to whoever the lane named (:func:`tell`: the
 student's progress, which the class's ``lanes.log`` keeps).
 A step's own time limit starts after its wait, so another student's timing never counts against a
-verdict. Outside a class lane nothing is configured (:func:`use`) and both are no-ops.
+verdict. The turns are the run's (``RunContext.turns``, :mod:`grader.context`): outside a class
+lane with several seats there are none, and both are no-ops.
 
 The order of locks: the profiler lock, then a turn (a profiler run takes its turn once it holds
 the lock, in ``grader.isolation.toolrun``); nothing waits for the profiler while holding a turn, so a
@@ -40,9 +41,10 @@ import threading
 import time
 from typing import Callable, Iterator
 
+from ..context import current
 from .hostlock import LockPlace, LockTimeout, open_lock_file
 
-__all__ = ["TURNSTILE", "WORK", "Turns", "active", "step", "tell", "timing", "use"]
+__all__ = ["TURNSTILE", "WORK", "Turns", "active", "step", "tell", "timing"]
 
 TURNSTILE = "grader-gpu-turnstile.lock"
 WORK = "grader-gpu-work.lock"
@@ -147,31 +149,25 @@ class Turns:
             os.close(turnstile)
 
 
-_CURRENT: Turns | None = None
-
-
-def use(turns: Turns | None) -> None:
-    """Make ``turns`` this process's (a class lane's GPU), or none."""
-    global _CURRENT
-    _CURRENT = turns
-
-
 def tell(notify: Callable[[str], None] | None) -> None:
-    """Who hears of this process's long waits for a turn (the student a lane grades), or nobody."""
-    if _CURRENT is not None:
-        _CURRENT.notify = notify
+    """Who hears of this run's long waits for a turn (the student a lane grades), or nobody."""
+    turns = current().turns
+    if turns is not None:
+        turns.notify = notify
 
 
 def active() -> bool:
-    """Whether this process's GPU work takes turns (a class lane's)."""
-    return _CURRENT is not None
+    """Whether this run's GPU work takes turns (a class lane's)."""
+    return current().turns is not None
 
 
 def step() -> contextlib.AbstractContextManager[None]:
-    """A step of GPU work in this process's turns (a no-op where there are none)."""
-    return _CURRENT.step() if _CURRENT is not None else contextlib.nullcontext()
+    """A step of GPU work in this run's turns (a no-op where there are none)."""
+    turns = current().turns
+    return turns.step() if turns is not None else contextlib.nullcontext()
 
 
 def timing() -> contextlib.AbstractContextManager[None]:
-    """A timing in this process's turns (a no-op where there are none)."""
-    return _CURRENT.timing() if _CURRENT is not None else contextlib.nullcontext()
+    """A timing in this run's turns (a no-op where there are none)."""
+    turns = current().turns
+    return turns.timing() if turns is not None else contextlib.nullcontext()

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Protocol
 
 import psutil
 
+from ..context import carried
 from ..textutil import CappedOutput
 from . import gputurns
 
@@ -36,7 +37,7 @@ def kill_together(*those: Killable) -> None:
     """``kill()`` each at once (a worker's exit releases a CUDA context, which takes a while: a
     step of GPU work in this process's turns, :mod:`grader.host.gputurns`)."""
     with gputurns.step():
-        threads = [threading.Thread(target=one.kill, name="kill-together") for one in those[1:]]
+        threads = [threading.Thread(target=carried(one.kill), name="kill-together") for one in those[1:]]
         for thread in threads:
             thread.start()
         those[0].kill()
@@ -55,7 +56,7 @@ class Teardowns:
 
     def start(self, gpu: str, *those: Killable) -> None:
         """End ``those`` together, in the background."""
-        thread = threading.Thread(target=kill_together, args=those, name="teardown")
+        thread = threading.Thread(target=carried(kill_together), args=those, name="teardown")
         with self._lock:
             self._pending.setdefault(gpu, []).append(thread)
         thread.start()
@@ -95,7 +96,7 @@ def start_lasting(cmd: list[str], **popen: Any) -> subprocess.Popen[bytes]:
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(cmd, **popen)
 
-    return _STARTER.submit(start).result()
+    return _STARTER.submit(carried(start)).result()
 
 
 #: What reading a process in /proc can raise as it exits: psutil's errors, and IndexError or

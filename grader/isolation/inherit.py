@@ -4,7 +4,8 @@ A lane is a fresh Python process (``spawn``): without this it would find the lab
 own defaults (no ``--labs``: the course checkout it happens to be installed in, or a student's
 bundle in the current folder), draw graded inputs from a secret of its own, and show its sandboxes
 the other students' folders of a class. The parent captures what it resolved, once, and the lane
-adopts it before grading anything; its options (``GradeOptions``) travel with each job.
+makes it its run's context (:mod:`grader.context`) before grading anything; its options
+(``GradeOptions``) travel with each job.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..context import GpuTurns, LabsLocation, LabsSearch, RunContext, current, enter
 from ..labspec import paths
-from . import options, sandbox
+from . import sandbox
 
 
 @dataclass(frozen=True)
 class Inherited:
-    labs: paths.LabsLocation  # where the parent found the labs, and how
+    labs: LabsLocation  # where the parent found the labs, and how
     secret: str  # the parent's run secret (GRADER_SECRET, in the environment, still comes first)
     kept_out: tuple[str, ...] = ()  # folders the parent keeps out of its sandboxes (a class's students)
 
@@ -29,11 +31,14 @@ def capture() -> Inherited:
     found = paths.locate_labs()
     if found.path is not None:
         found = dataclasses.replace(found, path=found.path.absolute())
-    return Inherited(found, options.run_secret(), sandbox.kept_out_now())
+    return Inherited(found, current().secret, sandbox.kept_out_now())
 
 
-def adopt(state: Inherited) -> None:
-    """In the started process, before anything else: the labs and the secret of the parent."""
-    paths.pin(state.labs)
-    options.use_run_secret(state.secret)
+def adopt(state: Inherited, turns: GpuTurns | None = None) -> RunContext:
+    """In the started process, before anything else: its run's context, for good (the labs and the
+    secret of the parent, and ``turns``, the GPU's where it shares it), and the parent's folders
+    kept out of its sandboxes."""
+    run = RunContext(labs=LabsSearch(pinned=state.labs), secret=state.secret, turns=turns)
+    enter(run)
     sandbox.keep_out(state.kept_out)
+    return run

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..cachedirs import default_cache_dir
+from ..context import current
 from ..errors import GraderError
 from ..host import gpu
 from ..host.hostdirs import output_dir, private_dir
@@ -62,24 +63,10 @@ class GradeOptions:
                 object.__setattr__(self, name, value.absolute())
 
 
-#: Graded inputs come from this secret unless one is given: never written where the worker can read.
-_RUN_SECRET = os.urandom(16).hex()
-
-
-def run_secret() -> str:
-    """This run's own secret (what ``secret_of`` falls back on): handed to the processes a run starts."""
-    return _RUN_SECRET
-
-
-def use_run_secret(secret: str) -> None:
-    """In a process the grader started (a class's lane): draw graded inputs from the parent's secret."""
-    global _RUN_SECRET
-    _RUN_SECRET = secret
-
-
 def secret_of(options: GradeOptions) -> str:
-    """The secret behind graded inputs: the option, else $GRADER_SECRET, else new for this run."""
-    return options.secret or os.environ.get("GRADER_SECRET") or _RUN_SECRET
+    """The secret behind graded inputs: the option, else $GRADER_SECRET, else the run's own
+    (``RunContext.secret``, new for each run and handed to the processes it starts)."""
+    return options.secret or os.environ.get("GRADER_SECRET") or current().secret
 
 
 def secret_seed(secret: str, lab: str, what: str, seed: int) -> int:

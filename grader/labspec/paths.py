@@ -1,9 +1,10 @@
 """Where the grader's own files live: the labs it grades with, the build cache.
 
-Labs are found, in this order: ``--labs DIR`` (``use_labs``), ``$GRADER_LABS_DIR``, the course
-repository the grader runs from (a source checkout: ``pyproject.toml`` beside ``labs/``), and the
-student bundle of a repository, ``<repo>/.cuda-grader/labs``: the repository being graded
-(``look_in_repo``), else the current folder or the nearest parent that has one. A course
+Labs are found, in this order: ``--labs DIR``, ``$GRADER_LABS_DIR``, the course repository the
+grader runs from (a source checkout: ``pyproject.toml`` beside ``labs/``), and the student bundle
+of a repository, ``<repo>/.cuda-grader/labs``: the repository being graded, else the current
+folder or the nearest parent that has one. What the run says of them (``--labs``, the repository
+graded, ``--own-labs``) is its context's ``LabsSearch`` (:mod:`grader.context`). A course
 checkout comes before a repository's bundle, so a TA's grader never grades with a lab file a
 student could edit.
 
@@ -13,20 +14,19 @@ report's identity (``origin``), and a class run refuses it (``course_labs``). It
 (each lab's generator and oracle) is Python, imported unsandboxed by the grader (the cases'
 inputs and answers) and by the trusted worker (which refills the student's buffers with fresh
 inputs, on the GPU, between timed calls: too close to the timing to ask a sandboxed process). So
-it runs only where the user says the bundle is theirs (``--own-labs``, ``own_labs``), as a
+it runs only where the user says the bundle is theirs (``--own-labs``, ``LabsSearch.own``), as a
 student grading their own repository does; a TA who forgot ``--labs`` gets an input error before
 anything runs (``refuse_unclaimed``), and every import is refused as well (``problem_to_import``).
 A process the grader starts to grade (a class's lane) does not look again: it is handed the
-location its parent found (``pin``).
+location its parent found (``LabsSearch.pinned``).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
+from ..context import CHECKOUT, ENV, OPTION, REPOSITORY_BUNDLE, LabsLocation, Origin, current
 from ..errors import GraderError
 
 #: The folder that holds the ``grader`` package: what a trusted grader process imports from.
@@ -37,72 +37,14 @@ PROJECT_ROOT = PACKAGE_PARENT
 BUNDLE_DIR = ".cuda-grader"
 BUNDLE_LABS = f"{BUNDLE_DIR}/labs"
 
-#: Where the labs of a grading came from, as reports record it (``identity.labs_origin``).
-Origin = Literal["--labs", "GRADER_LABS_DIR", "course checkout", "repository bundle", "lab path given"]
-OPTION: Origin = "--labs"
-ENV: Origin = "GRADER_LABS_DIR"
-CHECKOUT: Origin = "course checkout"
-REPOSITORY_BUNDLE: Origin = "repository bundle"
-LAB_PATH: Origin = "lab path given"  # a lab.yaml or lab folder named on the command line
-#: How each origin is named in messages.
-_HOW: dict[Origin, str] = {OPTION: "--labs", ENV: "GRADER_LABS_DIR", CHECKOUT: "the course repository",
-                           REPOSITORY_BUNDLE: "the repository's student bundle", LAB_PATH: "a lab named by its path"}
 #: Where the course's own labs come from: any grading meant to count takes its labs from one of these.
 COURSE_ORIGINS: tuple[Origin, ...] = (OPTION, ENV, CHECKOUT)
-
-_chosen: Path | None = None  # --labs
-_repo: Path | None = None  # the repository being graded: its bundle is looked for first
-_pinned: LabsLocation | None = None  # handed down by the process that started this one
-_own = False  # --own-labs: the user says the repository's bundle is theirs
-
-
-@dataclass(frozen=True)
-class LabsLocation:
-    path: Path | None  # None: no labs anywhere
-    looked: tuple[str, ...]  # every place tried, for the "no labs found" error
-    origin: Origin | None = None  # None: no labs found
-
-    @property
-    def how(self) -> str:
-        """How the labs were found, for messages."""
-        return _HOW[self.origin] if self.origin is not None else ""
-
-    @property
-    def from_repository(self) -> bool:
-        """The labs are a repository's own bundle: the student's files, not the course's."""
-        return self.origin == REPOSITORY_BUNDLE
-
-
-def use_labs(path: Path | None) -> None:
-    """``--labs DIR``: grade with the labs in DIR and nowhere else."""
-    global _chosen
-    _chosen = path
-
-
-def pin(location: LabsLocation | None) -> None:
-    """In a process the grader started (a class's lane): find the labs exactly where the parent
-    found them, whatever this process's options, environment or current folder (None: look again)."""
-    global _pinned
-    _pinned = location
-
-
-def look_in_repo(repo: Path | None) -> None:
-    """Look for a bundle in this folder (the repository graded) and its parents before the current folder's."""
-    global _repo
-    _repo = repo
-
-
-def own_labs(own: bool) -> None:
-    """``--own-labs``: the user says the repository's bundle of labs is their own, so its Python
-    (each lab's ``problem.py``) may run as them."""
-    global _own
-    _own = own
 
 
 def unclaimed_bundle() -> Path | None:
     """The labs folder found, where it is a repository's own bundle and the user has not said it is
     theirs (``--own-labs``); None otherwise."""
-    if _own:
+    if current().labs.own:
         return None
     found = locate_labs()
     return found.path if found.from_repository else None
@@ -140,11 +82,13 @@ def has_labs(folder: Path) -> bool:
 
 
 def locate_labs() -> LabsLocation:
-    """Where the labs are, and every place that was looked at."""
-    if _pinned is not None:
-        return _pinned
-    if _chosen is not None:
-        return LabsLocation(_chosen, (f"{_chosen} (--labs)",), OPTION)
+    """Where the labs are, and every place that was looked at (as this run's ``LabsSearch`` says)."""
+    search = current().labs
+    if search.pinned is not None:
+        return search.pinned
+    chosen, repo = search.chosen, search.repo
+    if chosen is not None:
+        return LabsLocation(chosen, (f"{chosen} (--labs)",), OPTION)
     env = os.environ.get("GRADER_LABS_DIR")
     if env:
         return LabsLocation(Path(env), (f"{env} ($GRADER_LABS_DIR)",), ENV)
@@ -153,14 +97,14 @@ def locate_labs() -> LabsLocation:
     if (PROJECT_ROOT / "pyproject.toml").is_file() and has_labs(checkout):
         return LabsLocation(checkout, (*looked, str(checkout)), CHECKOUT)
     looked.append(f"{checkout} (the grader is not run from a course repository)")
-    starts = [] if _repo is None else [_repo, *_repo.resolve().parents]
+    starts = [] if repo is None else [repo, *repo.resolve().parents]
     cwd = Path.cwd()
     starts += [cwd, *cwd.parents]
     for start in starts:
         bundle = start / BUNDLE_LABS
         if has_labs(bundle):
             return LabsLocation(bundle, (*looked, str(bundle)), REPOSITORY_BUNDLE)
-    where = [f"{_repo / BUNDLE_LABS} and in its parent folders"] if _repo is not None else []
+    where = [f"{repo / BUNDLE_LABS} and in its parent folders"] if repo is not None else []
     where.append(f"{cwd / BUNDLE_LABS} and in its parent folders")
     return LabsLocation(None, (*looked, *where))
 

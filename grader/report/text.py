@@ -6,8 +6,9 @@ import os
 import sys
 from typing import Any, Iterable, Mapping, TextIO
 
+from ..context import REPOSITORY_BUNDLE
 from ..engine.identity import Identity
-from ..labspec.paths import BUNDLE_LABS, REPOSITORY_BUNDLE
+from ..labspec.paths import BUNDLE_LABS
 from ..outcome import CheckResult, LabReport, Outcome, fmt_points
 from ..textutil import (
     cap_lines,

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ...context import carried
 from ...host.gpu import GpuInfo
 from ...host.procgroup import AnyOf, Stop
 from ...isolation.launch import Isolation, RunDirs
@@ -174,7 +175,7 @@ class EarlySession:
         self._lock = threading.Lock()  # the job's pipe: written, or closed, once
         self._deadline = math.inf
         self._outcome: tuple[ToolRun | None, CounterRun] = (None, CounterRun(error="not run"))
-        self._thread = threading.Thread(target=self._run, args=(RunDirs(root / "grader", root / "runs"), isolation, gpu, limit_s),
+        self._thread = threading.Thread(target=carried(self._run), args=(RunDirs(root / "grader", root / "runs"), isolation, gpu, limit_s),
                                         name="counter-session", daemon=True)
         self._started = False
 

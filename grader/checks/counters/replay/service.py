@@ -29,6 +29,7 @@ from typing import Any, BinaryIO, Mapping
 import filelock
 
 from ....cachedirs import default_cache_dir
+from ....context import carried
 from ....host import gputurns, toolchain
 from ....host.gpu import GpuInfo
 from ....host.gpulock import lock_folder, profiling_lock
@@ -145,7 +146,7 @@ class Replayer:
         finally:
             os.close(theirs)
         self.lines = queue.Queue()
-        threading.Thread(target=self._read, args=(os.fdopen(answers, "rb"), self.lines), daemon=True, name="replayer-answers").start()
+        threading.Thread(target=carried(self._read), args=(os.fdopen(answers, "rb"), self.lines), daemon=True, name="replayer-answers").start()
         first = self._answer(START_TIME_LIMIT_S)
         if first.get("status") == "ready" and isinstance(first.get("chip"), str):
             self.ready = first
@@ -233,7 +234,7 @@ class Replayer:
             results[result.id] = result
 
     def _send(self, text: str) -> None:
-        threading.Thread(target=self._write, args=(self.proc, text), daemon=True, name="replayer-task").start()
+        threading.Thread(target=carried(self._write), args=(self.proc, text), daemon=True, name="replayer-task").start()
 
     @staticmethod
     def _write(proc: subprocess.Popen[bytes] | None, text: str) -> None:
