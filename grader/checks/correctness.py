@@ -174,7 +174,7 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
             if result.status != Status.OK.value or not _ran_on_cleared(result):
                 break
             reruns += 1  # the buffers as before the call, and other patterns
-            trusted.run(read_task(share, str(readings / f"{run}-cleared{again}"), True, launcher_spec(spec)), 120.0)
+            _refill(trusted, shared, readings / f"{run}-cleared{again}", task)
             task = _call_task(sub, case, shared, poison_pattern(cid, run + 1000 * again))
             result = worker.run(task, sub.time_left(spec.correctness.time_limit_s), shared.fds)
         if result.status != Status.OK.value:
@@ -237,10 +237,15 @@ def _call_task(sub: Submission, case: Case, shared: TaskResult, pattern: int) ->
 def _ran_on_cleared(result: TaskResult) -> bool:
     """The worker found that a kernel of the call ran on shared memory another context had cleared
     after the grader's fill (``poison.cleared``): what it computed may hide reads of memory it never
-    wrote, so the call is run again. (The reply is the student's process's: at worst it costs a
-    bounded number of calls.)"""
-    count = result.data.get("shared_cleared")
-    return isinstance(count, int) and not isinstance(count, bool) and count > 0
+    wrote, so the call is run again. (The reply is the student's process's, its count checked with
+    the rest of it by ``replies``: at worst it costs a bounded number of calls.)"""
+    return int(result.data.get("shared_cleared", 0)) > 0
+
+
+def _refill(trusted: WorkerSession, shared: TaskResult, scratch: Path, task: Task) -> None:
+    """The case's buffers as before the first call, filled again by the trusted worker whatever
+    the last call left (read into ``scratch``), for ``task`` to run again."""
+    trusted.run(read_task(str(shared.data["share"]), str(scratch), True, task["launcher"]), 120.0)
 
 
 def _memory_kept(worker: WorkerSession, trusted: WorkerSession, after: list[int] | None) -> str:
@@ -277,8 +282,7 @@ def _run_again(sub: Submission, worker: WorkerSession, trusted: WorkerSession, t
     longer = sub.time_left(limit * RETRY_FACTOR)
     if longer <= limit:
         return killed, ""
-    # the buffers as before the first call: filled again by the trusted worker, whatever it left
-    trusted.run(read_task(str(shared.data["share"]), str(scratch), True, task["launcher"]), 120.0)
+    _refill(trusted, shared, scratch, task)
     again = worker.run(task, longer, shared.fds)
     if again.status == Status.TIMEOUT.value:
         return dataclasses.replace(again, reason=f"did not finish within {limit:g} s, nor within {longer:g} s when run again, "
