@@ -13,7 +13,7 @@ class CorrectnessFamily(CheckFamily):
     stage = Stage.CORRECTNESS
 
     def planned(self, spec: LabSpec) -> list[Planned]:
-        return [(f"correctness[{c.label}]", Stage.CORRECTNESS, c.points) for c in spec.correctness.cases]
+        return [(f"correctness[{c.label}]", self.stage, c.points) for c in spec.correctness.cases]
 
     def describe(self, spec: LabSpec) -> list[str]:
         cases = spec.correctness.cases

@@ -26,7 +26,7 @@ class CounterFamily(CheckFamily):
     stage = Stage.COUNTERS
 
     def planned(self, spec: LabSpec) -> list[Planned]:
-        return [(c.id, Stage.COUNTERS, c.points) for c in spec.counters]
+        return [(c.id, self.stage, c.points) for c in spec.counters]
 
     def course_only(self, spec: LabSpec) -> set[str]:
         return {c.id for c in spec.counters if c.course_only}

@@ -19,7 +19,7 @@ class SanitizerFamily(CheckFamily):
     stage = Stage.SANITIZER
 
     def planned(self, spec: LabSpec) -> list[Planned]:
-        return [(c.id, Stage.SANITIZER, c.points) for c in spec.sanitizers]
+        return [(c.id, self.stage, c.points) for c in spec.sanitizers]
 
     def gated(self, spec: LabSpec) -> list[str]:
         return [c.id for c in spec.sanitizers]

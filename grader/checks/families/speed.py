@@ -14,7 +14,7 @@ class SpeedFamily(CheckFamily):
     stage = Stage.SPEED
 
     def planned(self, spec: LabSpec) -> list[Planned]:
-        return [(c.id, Stage.SPEED, c.points) for c in spec.benchmark.checks] if spec.benchmark else []
+        return [(c.id, self.stage, c.points) for c in spec.benchmark.checks] if spec.benchmark else []
 
     def course_only(self, spec: LabSpec) -> set[str]:
         return {c.id for c in spec.benchmark.checks if c.course_only} if spec.benchmark else set()

@@ -13,7 +13,7 @@ class StaticFamily(CheckFamily):
     stage = Stage.STATIC
 
     def planned(self, spec: LabSpec) -> list[Planned]:
-        return [(c.id, Stage.STATIC, c.points) for c in spec.static]
+        return [(c.id, self.stage, c.points) for c in spec.static]
 
     def gated(self, spec: LabSpec) -> list[str]:
         return [c.id for c in spec.static if c.after_correctness]
