@@ -32,10 +32,10 @@ class Outputs:
     step_summary: str | None = None  # a CI job's summary file, appended to (GITHUB_STEP_SUMMARY)
 
     @classmethod
-    def folder(cls, folder: Path, pictures: bool = True, step_summary: str | None = None) -> Outputs:
+    def folder(cls, folder: Path, pictures: bool = True) -> Outputs:
         """report.xml, report.json, report.md and report.html in ``folder``."""
         return cls(folder / files.NAMES["junit"], folder / files.NAMES["json"], folder / files.NAMES["markdown"],
-                   folder / files.NAMES["html"], pictures, step_summary)
+                   folder / files.NAMES["html"], pictures)
 
     def check(self) -> None:
         """Make (private) or check each report's folder, before any grading."""
