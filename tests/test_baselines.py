@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.checks.counters import launched
+from grader.checks.counters import baselines, launched
 from grader.checks.counters import ncu as counters
 from grader.checks.counters.batch import Request, combined
 from grader.checks.counters.ncu import CounterRun
-from grader.engine import baselines
 from grader.host.gpu import GpuInfo, GpuProbe
 from grader.isolation.build import baseline_library
 from grader.isolation.launch import RunDirs

@@ -100,8 +100,8 @@ def test_each_timed_kernel_sits_on_the_roofline_at_the_dram_bytes_it_moved():
 def test_baselines_profiled_ahead_together_count_what_each_counts_profiled_alone(tmp_path):
     """An empty cache: corner_turning's four baseline cases (its counter case and its timed case,
     for naive and reference) in two sessions ahead, then each case profiled alone as a lab did."""
+    from grader.checks.counters import baselines
     from grader.checks.counters import ncu as counters
-    from grader.engine import baselines
     from grader.host import toolchain
     from grader.isolation.launch import Isolation
     from grader.isolation.options import archs_for, kernel_cache, probe_for, sandbox_for

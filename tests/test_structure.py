@@ -157,6 +157,20 @@ def test_the_architecture_map_names_every_registered_check_family():
     assert len({f.name for f in FAMILIES}) == len(FAMILIES), "each family has a name of its own"
 
 
+#: The tool families' own modules: the engine reaches them only through the registry.
+TOOL_FAMILIES = ("grader.checks.sanitizer", "grader.checks.sanitizerbatch", "grader.checks.counters")
+
+
+def test_the_engine_names_no_tool_family_but_through_the_registry():
+    """``grader/engine/`` starts, gates and joins the sanitizer and counter runs only through the
+    family protocol: no module of it imports those families' modules (the counters' record of
+    what ran, their traffic, the sanitizers' stray writes reach it as protocol hooks)."""
+    known = _modules()
+    named = sorted(f"{name} imports {imported}" for name, path in known.items() if name.startswith("grader.engine.")
+                   for imported in _imports(name, path, known) if imported.startswith(TOOL_FAMILIES))
+    assert not named, named
+
+
 def test_reports_are_written_only_by_the_one_grade_then_write_path():
     """`grade`, `grade-repo` and a class's lanes grade and write through one call
     (``grader.report.publish.grade_then_write``), and no module outside ``grader/report/`` writes a

@@ -21,11 +21,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..cachedirs import default_cache_dir
-from ..checks import sanitizer, speed
+from ..checks import speed
 from ..checks.correctness import grade_case
-from ..checks.counters import launched, traffic
 from ..checks.families.base import ToolStart
-from ..checks.families.counters import profiles_of
 from ..checks.families.registry import FAMILIES
 from ..checks.sass import static_checks
 from ..checks.timing import TimedRun, baselines_of
@@ -196,21 +194,6 @@ class LabGrading:
                 for family in FAMILIES:
                     family.on_first_pass(tools)
 
-    def _rejudge_static(self) -> None:
-        """Judge the compiled-code checks again on the kernels the profiler saw run; where it kept
-        no record, the verdicts on the whole file stand, and a skipped one says why."""
-        sub, profiles = self.sub, profiles_of(self.tools)
-        if sub is None or not self.spec.static:
-            return
-        seen = launched.record(profiles.runs) if profiles is not None else launched.Record(
-            unknown="hardware counters turned off (--no-counters)" if not self.lab.options.counters else "no correctness case passed")
-        if seen.unknown:
-            self.checks = [dataclasses.replace(c, message=f"{c.message} (not recorded here: {seen.unknown})")
-                           if c.stage is Stage.STATIC and c.outcome is Outcome.SKIPPED else c for c in self.checks]
-            return
-        judged = {c.id: c for c in static_checks(self.spec, sub.library, sub.kernels, set(seen.names))}
-        self.checks = [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in self.checks]
-
     def _keep_worker_for_timing(self, workers: Workers) -> None:
         """Keep the worker that ran the correctness cases for the timing, stopped until then
         (SIGSTOP: none of its code runs beside another lab's timed calls), so that the timing
@@ -295,21 +278,26 @@ class LabGrading:
                          timings, self.clock.seconds)
 
     def _finish_on_gpu(self) -> Opened:
-        spec = self.spec
-        tool_checks = self.wait_tools()
-        self._rejudge_static()
+        spec, tools = self.spec, self.tools
+        results = self.wait_tools()
+        if tools is not None:
+            for family in FAMILIES:
+                self.checks = family.rejudged(tools, self.checks)
         passed = self._correct()
-        sanitizer_checks = [c for c in tool_checks if c.stage is Stage.SANITIZER]
         if not passed:  # what an empty or broken kernel trivially passes earns nothing
             gated = set(gated_ids(spec))
             self.checks = [gated_check(c) if c.id in gated else c for c in self.checks]
-            sanitizer_checks = [gated_check(c) for c in sanitizer_checks]
-        self.checks = sanitizer.explain_nans(self.checks, sanitizer_checks, spec)
-        self.checks += sanitizer_checks
-        held = tuple(c for c in tool_checks if c.stage is Stage.COUNTERS)
+            results = [gated_check(c) for c in results]
+        late: list[CheckResult] = []
+        stops: list[str] = []
+        for family in FAMILIES:
+            own = [c for c in results if c.stage is family.stage]
+            self.checks = family.explained(spec, self.checks, own)
+            stops.append(family.timing_stop(own))
+            (late if family.late else self.checks).extend(own)
         if spec.benchmark and spec.benchmark.checks:
-            return Opened(self._speed(passed, sanitizer.stray_writes(sanitizer_checks)), held)
-        return Opened(None, held)
+            return Opened(self._speed(passed, next((s for s in stops if s), "")), tuple(late))
+        return Opened(None, tuple(late))
 
     def _finish_on_cpu(self) -> dict[str, Mapping[str, Any]]:
         spec, options = self.spec, self.lab.options
@@ -321,14 +309,11 @@ class LabGrading:
             self.checks += checks
             self.env.update({f"device.{k}": v for k, v in timings.pop("_device", {}).items()})
             self.clock.seconds.update({f"{Stage.SPEED.value}.{k}": v for k, v in timings.pop("_phases", {}).items()})
-            timings = traffic.joined(spec, timings, profiles_of(self.tools))
-        if spec.counters:
-            if not self._correct():
-                self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.FAIL, GATE)
-            elif not options.counters:
-                self.checks += fill_checks(spec, self.checks, {Stage.COUNTERS}, Outcome.SKIPPED, "hardware counters turned off (--no-counters)")
-            else:
-                self.checks += self._opened.held if self._opened is not None else ()
+            for family in FAMILIES:
+                timings = family.joined(self.tools, timings)
+        held = list(self._opened.held) if self._opened is not None else []
+        for family in (f for f in FAMILIES if f.late):
+            self.checks += family.scored_late(spec, options, self._correct(), [c for c in held if c.stage is family.stage], self.checks)
         order = {cid: i for i, (cid, _, _) in enumerate(planned_checks(spec))}
         self.checks.sort(key=lambda c: order.get(c.id, len(order)))
         return timings

@@ -68,12 +68,8 @@ def launcher_prototype(spec: LabSpec) -> str:
 
 
 def fill_checks(spec: LabSpec, done: list[CheckResult], stages: set[Stage], outcome: Outcome, message: str) -> list[CheckResult]:
-    have = {c.id for c in done}
-    return [
-        CheckResult(cid, stage, outcome, 0.0, pts, message)
-        for cid, stage, pts in planned_checks(spec)
-        if stage in stages and cid not in have
-    ]
+    """The planned checks of ``stages`` that ``done`` has no result for, each with ``outcome`` and ``message``."""
+    return [c for family in FAMILIES if family.stage in stages for c in family.unrun(spec, done, outcome, message)]
 
 
 def gated_check(check: CheckResult) -> CheckResult:

@@ -29,7 +29,6 @@ from ..isolation.sandbox import Sandbox
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, LabReport, Outcome, Stage
-from .baselines import profile_baselines
 from .grade import LabGrading
 from .phases import Together
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
@@ -141,7 +140,8 @@ def grade_many(
         progress(f"compiling {len(items)} submissions and their baselines")
         graded = [item for item, why in zip(items, refused) if not why]
         prebuild(graded, options)
-        profile_baselines(list({spec.id: spec for spec, _, _ in graded}.values()), options, progress)
+        for family in FAMILIES:
+            family.ahead([runnable(spec) for spec in {spec.id: spec for spec, _, _ in graded}.values()], options, progress)
 
     def begin(i: int, together: Together) -> LabGrading | LabReport:
         spec, path, display = items[i]

@@ -7,7 +7,7 @@ GPU (two class runs, two shards on one node); a class grading several students a
 GPU holds one lock per seat, and their GPU work takes turns with each timing
 (:mod:`grader.host.gputurns`). The profiling lock of every profiler run (``profiling_lock``,
 ``grader-ncu.lock``) is in the same place, so profilers on different GPUs run side by side, and
-so is the lock of the baselines profiled ahead (``grader.engine.baselines``).
+so is the lock of the baselines profiled ahead (``grader.checks.counters.baselines``).
 A wait is bounded (``GPU_WAIT_S``) and its error names the grader that held the lock.
 """
 
@@ -24,7 +24,7 @@ __all__ = ["BASELINES_LOCK", "GPU_WAIT_S", "LOCK_NAME", "PROFILER_LOCK", "gpu_fo
 
 LOCK_NAME = "grader-gpu.lock"
 PROFILER_LOCK = "grader-ncu.lock"
-#: Held while the baselines' cases are profiled ahead (``grader.engine.baselines``).
+#: Held while the baselines' cases are profiled ahead (``grader.checks.counters.baselines``).
 BASELINES_LOCK = "grader-baselines.lock"
 #: The longest a lane waits for another grader to finish with its GPU.
 GPU_WAIT_S = 3600.0

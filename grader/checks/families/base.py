@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Mapping, Protocol
+from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 from ...isolation.options import GradeOptions, Progress
 from ...isolation.submission import Submission
 from ...labspec.spec import LabSpec
-from ...outcome import CheckResult, Stage
+from ...outcome import CheckResult, Outcome, Stage
 
 #: One planned check: (id, stage, points).
 Planned = tuple[str, Stage, float]
@@ -52,10 +52,16 @@ class CheckFamily(ABC):
 
     name: ClassVar[str]
     stage: ClassVar[Stage]
+    late: ClassVar[bool] = False  # its results join the lab's checks once the timing is scored, not at the gate
 
     @abstractmethod
     def planned(self, spec: LabSpec) -> list[Planned]:
         """The family's checks of ``spec``, in report order."""
+
+    def unrun(self, spec: LabSpec, done: list[CheckResult], outcome: Outcome, message: str) -> list[CheckResult]:
+        """Its planned checks that ``done`` has no result for, each with ``outcome`` and ``message``."""
+        have = {c.id for c in done}
+        return [CheckResult(cid, stage, outcome, 0.0, pts, message) for cid, stage, pts in self.planned(spec) if cid not in have]
 
     def course_only(self, spec: LabSpec) -> set[str]:
         """The ids of its checks that need the course's files."""
@@ -78,6 +84,10 @@ class CheckFamily(ABC):
         """Its tool runs shared by a repository's labs ``specs`` (one student's), if it batches them."""
         return None
 
+    def ahead(self, specs: list[LabSpec], options: GradeOptions, progress: Progress) -> None:
+        """Once, before a repository's (or a batch's) labs ``specs`` start: trusted work they share."""
+        return None  # (none by default)
+
     def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
         """Before the lab compiles."""
         return None  # (none by default)
@@ -97,6 +107,32 @@ class CheckFamily(ABC):
     def on_first_pass(self, tools: ToolStart) -> None:
         """Start what waits for a first passing correctness case."""
         return None  # (none by default)
+
+    # Once the tool runs are over. A family whose results bear on other families' checks says so
+    # here, so that the engine never names it.
+
+    def rejudged(self, tools: ToolStart, checks: list[CheckResult]) -> list[CheckResult]:
+        """The lab's ``checks`` with any of them judged again from what its runs found (before the
+        correctness gate; as they are by default)."""
+        return checks
+
+    def explained(self, spec: LabSpec, checks: list[CheckResult], results: list[CheckResult]) -> list[CheckResult]:
+        """The lab's ``checks`` with what its own ``results`` (gated) explain about them (after the gate)."""
+        return checks
+
+    def timing_stop(self, results: list[CheckResult]) -> str:
+        """Why its ``results`` (gated) forbid timing the submission ("" where they do not)."""
+        return ""
+
+    def scored_late(self, spec: LabSpec, options: GradeOptions, correct: bool, results: list[CheckResult],
+                    reported: list[CheckResult]) -> list[CheckResult]:
+        """Where ``late``: its checks to add once the timing is scored (``results``, gated or not,
+        and whatever never ran), ``reported`` being what the lab holds by then."""
+        return results
+
+    def joined(self, tools: ToolStart | None, timings: dict[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+        """The timings with what its runs measured of each timed kernel."""
+        return timings
 
     def leave(self, tools: ToolStart | None, lab: str, shared: Shared | None) -> None:
         """Tell its shared runs that ``lab`` sends nothing (more), unless its runs hold a place there."""

@@ -3,17 +3,21 @@ a repository's cases profiled in one session (``counters.batch``) or read by the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Any, Mapping
 
 from ...host import gputurns, toolchain
 from ...isolation.launch import Isolation
-from ...isolation.options import GradeOptions, kernel_cache, probe_for, sandbox_for, work_folder
+from ...isolation.options import GradeOptions, Progress, kernel_cache, probe_for, sandbox_for, work_folder
 from ...labspec.spec import LabSpec
-from ...outcome import Stage, fmt_points
-from ..counters import launched
+from ...outcome import GATE, CheckResult, Outcome, Stage, fmt_points
+from ..counters import launched, traffic
+from ..counters.baselines import profile_baselines
 from ..counters.batch import EarlySession, ProfileBatch, all_kept, counted
 from ..counters.ncu import Profiles
 from ..counters.replay.collect import replay_by
+from ..sass import static_checks
 from .base import CheckFamily, Planned, Shared, ToolStart
 from .text import case_params
 
@@ -24,6 +28,7 @@ PROFILES = "counters.profiles"  # ... the student's profiled cases: counters, an
 class CounterFamily(CheckFamily):
     name = "counters"
     stage = Stage.COUNTERS
+    late = True
 
     def planned(self, spec: LabSpec) -> list[Planned]:
         return [(c.id, self.stage, c.points) for c in spec.counters]
@@ -56,6 +61,10 @@ class CounterFamily(CheckFamily):
     def shared(self, specs: list[LabSpec], options: GradeOptions) -> Shared | None:
         return ProfileBatch([spec.id for spec in specs], early_profiler(specs, options))
 
+    def ahead(self, specs: list[LabSpec], options: GradeOptions, progress: Progress) -> None:
+        """The baselines' cases of every lab profiled ahead, in few trusted sessions (``counters.baselines``)."""
+        profile_baselines(specs, options, progress)
+
     def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
         if shared is not None and not profiled(spec, options):
             shared.send(spec.id, [])  # nothing of this lab's to profile: the shared session need not wait for its cases
@@ -87,6 +96,34 @@ class CounterFamily(CheckFamily):
         assert batch is None or isinstance(batch, ProfileBatch)
         tools.runs.run(Stage.COUNTERS, functools.partial(counted, sub, batch, tools.passed, profiles,
                                                          options.reuse_tool_runs, replay_by(options, tools.progress)))
+
+    def rejudged(self, tools: ToolStart, checks: list[CheckResult]) -> list[CheckResult]:
+        """The compiled-code checks judged again on the kernels the counters saw run; where they
+        kept no record, the verdicts on the whole file stand, and a skipped one says why."""
+        sub, profiles = tools.sub, profiles_of(tools)
+        if not sub.spec.static:
+            return checks
+        seen = launched.record(profiles.runs) if profiles is not None else launched.Record(
+            unknown="hardware counters turned off (--no-counters)" if not tools.options.counters else "no correctness case passed")
+        if seen.unknown:
+            return [dataclasses.replace(c, message=f"{c.message} (not recorded here: {seen.unknown})")
+                    if c.stage is Stage.STATIC and c.outcome is Outcome.SKIPPED else c for c in checks]
+        judged = {c.id: c for c in static_checks(sub.spec, sub.library, sub.kernels, set(seen.names))}
+        return [judged.get(c.id, c) if c.stage is Stage.STATIC else c for c in checks]
+
+    def scored_late(self, spec: LabSpec, options: GradeOptions, correct: bool, results: list[CheckResult],
+                    reported: list[CheckResult]) -> list[CheckResult]:
+        if not spec.counters:
+            return []
+        if not correct:
+            return self.unrun(spec, reported, Outcome.FAIL, GATE)
+        if not options.counters:
+            return self.unrun(spec, reported, Outcome.SKIPPED, "hardware counters turned off (--no-counters)")
+        return results
+
+    def joined(self, tools: ToolStart | None, timings: dict[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+        """Each timed kernel's DRAM traffic, where the counters measured it."""
+        return traffic.joined(tools.sub.spec, timings, profiles_of(tools)) if tools is not None else timings
 
 
 def profiled(spec: LabSpec, options: GradeOptions) -> bool:

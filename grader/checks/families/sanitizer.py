@@ -40,6 +40,14 @@ class SanitizerFamily(CheckFamily):
     def shared(self, specs: list[LabSpec], options: GradeOptions) -> Shared | None:
         return SanitizerBatch([spec.id for spec in specs])
 
+    def explained(self, spec: LabSpec, checks: list[CheckResult], results: list[CheckResult]) -> list[CheckResult]:
+        """A correctness message about NaNs says where memcheck saw out-of-bounds accesses."""
+        return sanitizer.explain_nans(checks, results, spec)
+
+    def timing_stop(self, results: list[CheckResult]) -> str:
+        """Stores outside every buffer stop the timing."""
+        return sanitizer.stray_writes(results)
+
     def start(self, tools: ToolStart) -> None:
         """Each check's run in a thread of its own (a separate process on a tiny case: its findings
         do not depend on what else runs), the repository's labs' runs shared per tool."""

@@ -23,21 +23,20 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cachedirs import default_cache_dir
-from ..checks.correctness import case_tool_task
-from ..checks.counters import launched
-from ..checks.counters import ncu as counters
-from ..checks.counters.batch import Request, profile_together
-from ..host import toolchain
-from ..host.gpu import GpuInfo
-from ..host.gpulock import BASELINES_LOCK, lock_folder
-from ..host.hostlock import hold
-from ..isolation.build import baseline_library
-from ..isolation.launch import Isolation, RunDirs
-from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for
-from ..labspec.labs import load_problem
-from ..labspec.spec import LabSpec
-from .plan import runnable
+from ...cachedirs import default_cache_dir
+from ...host import toolchain
+from ...host.gpu import GpuInfo
+from ...host.gpulock import BASELINES_LOCK, lock_folder
+from ...host.hostlock import hold
+from ...isolation.build import baseline_library
+from ...isolation.launch import Isolation, RunDirs
+from ...isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for
+from ...labspec.labs import load_problem
+from ...labspec.spec import LabSpec
+from ..correctness import case_tool_task
+from . import launched
+from . import ncu as counters
+from .batch import Request, profile_together
 
 #: Metrics counted by instrumenting the kernel's code rather than by the hardware's counters.
 INSTRUMENTED = "smsp__sass_"
@@ -55,8 +54,9 @@ class Pending:
 
 
 def profile_baselines(specs: list[LabSpec], options: GradeOptions, progress: Progress = no_progress) -> int:
-    """Profile ahead every baseline case of ``specs`` that is not cached (see the module); the
-    number of cases profiled. Never raises: a lab profiles alone what this leaves."""
+    """Profile ahead every baseline case of ``specs`` (each as this copy of the course grades it:
+    ``engine.plan.runnable``) that is not cached (see the module); the number of cases profiled.
+    Never raises: a lab profiles alone what this leaves."""
     probe = probe_for(options)
     if not options.counters or probe.gpu is None or toolchain.find("ncu") is None:
         return 0
@@ -87,7 +87,7 @@ def pending(specs: list[LabSpec], options: GradeOptions, archs: tuple[str, ...],
             isolation: Isolation, root: Path) -> list[Pending]:
     """The baseline cases of ``specs`` not cached yet, each once, with its inputs written under ``root``."""
     out: dict[tuple[str, str, counters.CaseKey], Pending] = {}
-    for spec in map(runnable, specs):
+    for spec in specs:
         profiles = launched.profiles_for(spec, options.timing)
         for check in profiles.checks:
             key = profiles.case(check)
