@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from worker_replies import tool_result
 
 from grader.checks.counters import batch as counterbatch
 from grader.checks.counters.batch import ProfileBatch, Request, profile_together, split_at_marks
@@ -81,7 +82,7 @@ def _session(monkeypatch, kernels, results, returncode=0):
         assert task["marks"] == drawn[:len(task["tasks"])]
         stops.append(stop)
         rows = [_mark(drawn[k]) if isinstance(k, int) else k for k in kernels]
-        return ToolRun(returncode, _csv(rows), "", {"status": "ok", "results": results}, 2.5), CounterRun()
+        return ToolRun(returncode, _csv(rows), "", tool_result({"status": "ok", "results": results}), 2.5), CounterRun()
 
     monkeypatch.setattr(counterbatch, "run_profiler", fake_profiler)
     return stops
@@ -356,7 +357,7 @@ def test_an_early_session_settles_each_labs_cases_from_the_job_it_was_sent(monke
         job = _read_job(fd)
         rows = [row for k, mark in enumerate(job["marks"]) for row in (_mark(mark), (f"k{k}", "(8, 1, 1)", 10.0 * (k + 1)))]
         results = [{"status": "ok", "kernels_launched": [f"k{k}"]} for k in range(len(job["tasks"]))]
-        return ToolRun(0, _csv(rows), "", {"status": "ok", "results": results}, 1.0), CounterRun()
+        return ToolRun(0, _csv(rows), "", tool_result({"status": "ok", "results": results}), 1.0), CounterRun()
 
     early, fresh, _ = _early(monkeypatch, tmp_path, profiler)
     batch = ProfileBatch(["a", "b"], early)

@@ -18,12 +18,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from worker_replies import ok
 
 from grader.checks.correctness import failure_from_task
 from grader.checks.counters import launched
 from grader.checks.counters.ncu import NO_KERNEL, CounterRun, Profiles
 from grader.isolation import replies, runner, toolrun
 from grader.isolation.launch import Isolation, RunDirs
+from grader.isolation.replies import Reply
 from grader.isolation.runner import INTERFERED, TaskResult, WorkerSession
 from grader.isolation.sandbox import Sandbox
 from grader.labspec.labs import find_lab
@@ -56,6 +58,7 @@ def _case(memcpy_only: bool = False) -> Task:
 
 def _read() -> Task:
     return read_task("0123abcd", "/out", False, LAUNCHER)
+
 
 
 GOOD_CASE = {"status": "ok", "seconds": 0.01, "kernels_launched": ["matmul_tiled"]}
@@ -192,24 +195,26 @@ def test_a_forged_exit_report_with_a_code_that_is_not_a_number_is_an_exit_not_a_
 def test_a_tool_run_s_result_file_of_the_wrong_shape_is_the_submission_s(tmp_path):
     (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": [{"status": "ok", "seconds": "fast"}]}))
     result = toolrun._read_result(tmp_path)
-    assert result is not None and result["status"] == Status.INTERFERED.value
-    assert result["error"] == f"{INTERFERED} (results reply 1: seconds not a finite number: 'fast')"
+    assert result is not None and result.status == Status.INTERFERED.value
+    assert result.error == f"{INTERFERED} (results reply 1: seconds not a finite number: 'fast')"
     (tmp_path / "result.json").write_text("[1, 2]")
-    assert toolrun._read_result(tmp_path) == {"status": "interfered", "error": f"{INTERFERED} (a result that is not a JSON object)"}
+    assert toolrun._read_result(tmp_path) == Reply(Status.INTERFERED, f"{INTERFERED} (a result that is not a JSON object)")
     fine = {"status": "ok", "results": [{"status": "ok", "seconds": 0.1, "kernels_launched": ["k"]}]}
     (tmp_path / "result.json").write_text(json.dumps(fine))
-    assert toolrun._read_result(tmp_path) == fine
+    assert toolrun._read_result(tmp_path) == Reply(Status.OK, results=(Reply(Status.OK, seconds=0.1, kernels_launched=("k",)),))
 
 
 def test_a_tool_run_whose_worker_reports_its_own_failure_is_the_submission_s_unless_the_worker_was_the_grader_s(tmp_path):
     broke = {"status": "worker_error", "error": "Traceback ...\nAttributeError: 'list' object has no attribute 'items'"}
     failed = {"status": "ok", "results": [{"status": "ok", "seconds": 0.1, "kernels_launched": []}, broke]}
     (tmp_path / "result.json").write_text(json.dumps(failed))
-    assert toolrun._read_result(tmp_path) == {
-        "status": "interfered", "error": f"{INTERFERED} (its own code failed (AttributeError: 'list' object has no attribute 'items'))"}
-    assert toolrun._read_result(tmp_path, trusted=True) == failed  # the baselines' own run: the grader's error, as it says
+    assert toolrun._read_result(tmp_path) == Reply(
+        Status.INTERFERED, f"{INTERFERED} (its own code failed (AttributeError: 'list' object has no attribute 'items'))")
+    # the baselines' own run: the grader's error, as it says
+    assert toolrun._read_result(tmp_path, trusted=True) == Reply(
+        Status.OK, results=(Reply(Status.OK, seconds=0.1, kernels_launched=()), Reply(Status.WORKER_ERROR, broke["error"])))
     (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": "all fine"}))
-    assert toolrun._read_result(tmp_path, trusted=True)["status"] == "worker_error"
+    assert toolrun._read_result(tmp_path, trusted=True).status == "worker_error"
 
 
 # ------------------------------------------------------------------ what ran: the profiler's record
@@ -290,17 +295,17 @@ def test_a_case_is_judged_on_the_trusted_workers_reading_whatever_the_students_w
         if task["kind"] == Kind.SHARE.value:
             inputs = {k: np.load(v) for k, v in task["inputs"].items()}
             trusted_answer.want = problem.expected(inputs, dict(case.params))
-            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]}, fds=(7, 8, 9))
+            return ok(task, {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]}, fds=(7, 8, 9))
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", trusted_answer.want["P"].astype(np.float32))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": guard, "inputs_modified": modified,
+            return ok(task, {"outputs": {"P": "P.npy"}, "guard_violations": guard, "inputs_modified": modified,
                                      "gpu_memory": ROOMY})
-        return TaskResult("ok", {})
+        return ok(task, {})
 
     forged = {"seconds": 0.001, "kernels_launched": ["matmul_tiled"], "guard_violations": {}, "inputs_modified": [],
               "outputs": {"P": "P.npy"}}
-    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", forged))
+    student = _Session(tmp_path, "student", lambda task: ok(task, forged))
     trusted = _Session(tmp_path, "trusted", trusted_answer)
     sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
                           time_left=lambda limit=math.inf: 60.0)
@@ -333,12 +338,12 @@ def _right_answers(problem, case):
     def trusted_answer(task):
         if task["kind"] == Kind.SHARE.value:
             want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
-            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+            return ok(task, {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
-        return TaskResult("ok", {})
+            return ok(task, {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
+        return ok(task, {})
     return trusted_answer
 
 
@@ -362,7 +367,7 @@ def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tm
 
     killed = TaskResult("timeout", reason="did not finish within 10 s and was killed (infinite loop or deadlock?)", seconds=10.0)
     answers = iter([killed, TaskResult("timeout", seconds=30.0) if second == "timeout" else
-                    TaskResult("ok", {"seconds": 14.0, "kernels_launched": ["k"]}, seconds=14.0)])
+                    ok(_case(), {"seconds": 14.0, "kernels_launched": ["k"]}, seconds=14.0)])
     limits: list[float] = []
 
     def student_answer(task, limit):
@@ -403,7 +408,7 @@ def test_a_call_whose_kernels_ran_on_cleared_shared_memory_is_run_again_with_oth
     trusted_answer = _right_answers(problem, case)
 
     answers = iter(cleared)
-    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"],
+    student = _Session(tmp_path, "student", lambda task: ok(task, {"seconds": 0.01, "kernels_launched": ["k"],
                                                                            "shared_cleared": next(answers)}, seconds=0.01))
     trusted = _Session(tmp_path, "trusted", trusted_answer)
     sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
@@ -450,17 +455,17 @@ def test_a_student_whose_call_keeps_the_gpus_memory_is_told_so_only_if_ending_it
             if short_at == "share" and len(shares) == 1:
                 return TaskResult("out_of_memory", reason="out of memory")
             want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
-            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+            return ok(task, {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [],
+            return ok(task, {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [],
                                      "gpu_memory": [starved, 80 << 30] if short_at == "read" else ROOMY})
         if task["kind"] == Kind.MEMORY.value:  # asked once the student's worker is ended
-            return TaskResult("ok", {"gpu_memory": [starved + (given_back if student.killed else 0), 80 << 30]})
-        return TaskResult("ok", {})
+            return ok(task, {"gpu_memory": [starved + (given_back if student.killed else 0), 80 << 30]})
+        return ok(task, {})
 
-    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"]}))
+    student = _Session(tmp_path, "student", lambda task: ok(task, {"seconds": 0.01, "kernels_launched": ["k"]}))
     student.proc = SimpleNamespace(poll=lambda: None if not student.killed else 0)
     trusted = _Session(tmp_path, "trusted", trusted_answer)
     sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
