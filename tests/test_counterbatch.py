@@ -116,6 +116,20 @@ def test_a_lab_whose_kernels_the_profiler_missed_is_caught_in_a_session_too(monk
     assert "profiler saw 1" in runs[("a", a.key)].hidden and not runs[("b", b.key)].hidden
 
 
+@pytest.mark.parametrize("launched,hidden", [(["decoy", "matmul"], True), (["decoy"], False), (None, False)])
+def test_a_case_profiled_alone_is_held_against_the_kernels_its_reply_says_ran(monkeypatch, tmp_path, launched, hidden):
+    """The one-case run (not a session) reads its worker's typed reply the same way."""
+    from grader.checks.counters import ncu
+
+    def fake_profiler(task, metrics, dirs, limit, isolation, gpu):
+        result = tool_result({"status": "ok", "seconds": 0.1, "kernels_launched": launched})
+        return ToolRun(0, _csv([("decoy", "(1, 1, 1)", 7)]), "", result, 0.5), CounterRun()
+
+    monkeypatch.setattr(ncu, "run_profiler", fake_profiler)
+    run = ncu.profile(tmp_path / "lib.so", {"kind": "case"}, ("m.sum",), RunDirs(tmp_path / "i", tmp_path / "o"), 10.0, None)  # type: ignore[arg-type]
+    assert bool(run.hidden) is hidden and run.values == ({} if hidden else {"m.sum": 7.0})
+
+
 def test_nothing_is_attributed_from_a_session_whose_markers_do_not_match(monkeypatch, tmp_path):
     _session(monkeypatch, [0, (MARK_KERNEL, "(4002, 1, 1)", 0), ("k", "(8, 1, 1)", 1), 1],
              [{"status": "ok", "kernels_launched": ["k"]}, {"status": "ok", "kernels_launched": []}])

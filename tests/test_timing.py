@@ -522,3 +522,34 @@ def test_a_speed_ratio_is_shown_on_the_side_of_each_threshold_it_is_on(ratio, sh
     from grader.checks.speed import shown_ratio
 
     assert shown_ratio(ratio, 0.9, 0.6) == shown
+
+
+@pytest.mark.parametrize("modified,off,expect", [
+    ([], 0.0, "1.00x the speed of the"),
+    ([], 1.0, "the output of a timed call was wrong"),
+    (["M"], 0.0, "modified its input M during timed calls"),
+])
+def test_the_speed_checks_read_the_trusted_workers_closing_reply(tmp_path, modified, off, expect):
+    """The last timed call's reading (the closing reply, typed) decides: inputs changed, or the
+    output it saved compared with the oracle's before any ratio is credited."""
+    import numpy as np
+    from worker_replies import ok
+
+    from grader.checks import compare, speed
+    from grader.labspec.labs import load_problem
+    from grader.worker.protocol import timing_close
+
+    spec = find_lab("tiled_matmul")
+    problem, bench = load_problem(spec), spec.benchmark
+    inputs = compare.generated(spec, problem, bench.params, 5, None)
+    for name in ("M", "N"):
+        np.save(tmp_path / f"in_{name}.npy", inputs[name])
+    np.save(tmp_path / "out_P.npy", (problem.expected(inputs, dict(bench.params))["P"] + off).astype(np.float32))
+    files = {"M": "in_M.npy", "N": "in_N.npy"}
+    closing = ok(timing_close(str(tmp_path)), {"check_outputs": {"P": "out_P.npy"}, "check_inputs": files, "inputs_modified": modified})
+    names = [*timing.baselines_of(bench), "student"]
+    m = timing.Measurement({n: [2.0] * 10 for n in names}, {n: [2.0] * 10 for n in names}, {n: [2.1] * 10 for n in names},
+                           closing=closing.answer, inputs=(tmp_path, files))
+    checks, _ = speed.score(SimpleNamespace(spec=spec, problem=problem), None, m)  # type: ignore[arg-type]
+    assert [c.id for c in checks] == [c.id for c in bench.checks]
+    assert all(c.message.startswith(expect) for c in checks), [c.message for c in checks]

@@ -130,9 +130,11 @@ def test_replies_missing_a_field_or_of_another_task_are_refused():
 
 
 #: A stand-in worker: gets ready, then answers every task with the reply given in argv[1]
-#: (JSON, with the task's nonce added), or, for "FLOOD", writes 2 MiB with no end of line.
+#: (JSON, with the task's nonce added), or, for "FLOOD", writes 2 MiB with no end of line. With
+#: "SHARE " before the reply it first passes three descriptors tagged "s1", as the trusted worker
+#: passes its shared buffers'; after a sticky error it ends, as the real worker does.
 STAND_IN = r"""
-import json, os, sys
+import json, os, socket, sys
 reply = sys.argv[1]
 out = int(os.environ["GRADER_RESULT_FD"])
 os.write(out, b'{"event": "ready"}\n')
@@ -143,16 +145,22 @@ for line in os.fdopen(int(os.environ["GRADER_TASK_FD"])):
     if reply == "FLOOD":
         os.write(out, b"x" * (2 << 20))
         continue
+    if reply.startswith("SHARE "):
+        reply, null = reply[6:], os.open(os.devnull, os.O_RDONLY)
+        socket.send_fds(socket.socket(fileno=int(os.environ["GRADER_SHARE_FD"])), [b"s1"], [null] * 3)
     os.write(out, (json.dumps({"event": "result", "id": task["id"], **json.loads(reply)}) + "\n").encode())
+    if json.loads(reply).get("sticky"):
+        break
 """
 
 
-def _one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, trusted: bool = False) -> tuple[TaskResult, bool]:
-    """One case run by the stand-in that answers ``reply``: the result, and whether the worker was ended."""
+def _one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, trusted: bool = False,
+              task: Task | None = None) -> tuple[TaskResult, bool]:
+    """One case (or ``task``) run by the stand-in that answers ``reply``: the result, and whether the worker was ended."""
     monkeypatch.setattr(runner, "worker_command", lambda *args: [sys.executable, "-I", "-c", STAND_IN, reply])
     session = WorkerSession(RunDirs(tmp_path / "in", tmp_path / "out"), Isolation(Sandbox(None, ""), trusted=trusted))
     try:
-        result = session.run(_case(), 30)
+        result = session.run(task or _case(), 30)
         return result, session.proc is None
     finally:
         session.close()
@@ -192,6 +200,42 @@ def test_a_forged_exit_report_with_a_code_that_is_not_a_number_is_an_exit_not_a_
     assert result.status == "exited" and "status 9" in result.reason, result
 
 
+def test_a_right_reply_comes_back_as_its_typed_record(tmp_path, monkeypatch):
+    result, ended = _one_case(tmp_path, monkeypatch, json.dumps({**GOOD_CASE, "shared_cleared": 1}))
+    assert result.status == "ok" and result.reason == "" and not ended
+    assert result.answer == Reply(Status.OK, seconds=0.01, kernels_launched=("matmul_tiled",), shared_cleared=1)
+
+
+@pytest.mark.parametrize("sticky", [True, False])
+def test_a_cuda_error_is_its_reason_and_a_sticky_one_ends_the_worker(tmp_path, monkeypatch, sticky):
+    said = json.dumps({"status": "cuda_error", "error": "an illegal memory access", "sticky": sticky})
+    result, ended = _one_case(tmp_path, monkeypatch, said)
+    assert (result.status, result.reason, ended) == ("cuda_error", "an illegal memory access", sticky)
+    assert result.answer == Reply(Status.CUDA_ERROR, "an illegal memory access", sticky)
+
+
+def test_an_interfered_status_with_no_error_is_a_failure_with_no_reply(tmp_path, monkeypatch):
+    """Only the grader says ``interfered``; one that comes from the worker with no error is not a
+    reply to believe: the task failed, with nothing more said."""
+    result, _ = _one_case(tmp_path, monkeypatch, json.dumps({"status": "interfered", "seconds": 1.0}))
+    assert (result.status, result.reason, result.reply) == ("interfered", "", None)
+
+
+def test_the_trusted_workers_shared_buffers_come_typed_with_their_descriptors(tmp_path, monkeypatch):
+    said = json.dumps({"status": "ok", "share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+    task = share_task(LAUNCHER, {"width": 16}, {}, 4)
+    result, _ = _one_case(tmp_path, monkeypatch, "SHARE " + said, trusted=True, task=task)
+    try:
+        assert result.status == "ok" and len(result.fds) == 3
+        assert result.answer.share == "s1" and [b["name"] for b in result.answer.buffers or ()] == ["M", "N", "P"]
+    finally:
+        for fd in result.fds:
+            os.close(fd)
+    monkeypatch.setattr(runner, "FDS_WAIT_S", 0.5)
+    result, _ = _one_case(tmp_path, monkeypatch, said, trusted=True, task=task)  # the descriptors never come
+    assert result.status == "worker_error" and "malformed reply: no descriptors for its shared buffers" in result.reason
+
+
 def test_a_tool_run_s_result_file_of_the_wrong_shape_is_the_submission_s(tmp_path):
     (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": [{"status": "ok", "seconds": "fast"}]}))
     result = toolrun._read_result(tmp_path)
@@ -199,6 +243,8 @@ def test_a_tool_run_s_result_file_of_the_wrong_shape_is_the_submission_s(tmp_pat
     assert result.error == f"{INTERFERED} (results reply 1: seconds not a finite number: 'fast')"
     (tmp_path / "result.json").write_text("[1, 2]")
     assert toolrun._read_result(tmp_path) == Reply(Status.INTERFERED, f"{INTERFERED} (a result that is not a JSON object)")
+    (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": 5}))  # once a crash of the grader's
+    assert toolrun._read_result(tmp_path) == Reply(Status.INTERFERED, f"{INTERFERED} (results is not a list of replies)")
     fine = {"status": "ok", "results": [{"status": "ok", "seconds": 0.1, "kernels_launched": ["k"]}]}
     (tmp_path / "result.json").write_text(json.dumps(fine))
     assert toolrun._read_result(tmp_path) == Reply(Status.OK, results=(Reply(Status.OK, seconds=0.1, kernels_launched=("k",)),))
