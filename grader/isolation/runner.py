@@ -269,7 +269,7 @@ class WorkerSession:
             if wrong or (status == Status.WORKER_ERROR.value and not self.isolation.trusted):
                 return self._interfered(wrong or f"its own code failed ({last_line(data.get('error'))})", seconds)
             # (an ``interfered`` status that came with no error, from outside the task, carries no reply and no reason)
-            reason = (reply.error or "" if reply is not None else "") if status != "ok" else ""
+            reason = ((reply.error or "") if reply is not None else "") if status != "ok" else ""
             sticky = reply is not None and reply.sticky
             if (status == "cuda_error" and sticky) or (status == "out_of_memory" and not makes_shared(task)):
                 self._reap(10.0)  # it is ending: the next task gets a fresh worker, its memory released
