@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from worker_replies import tool_result
 
 from grader.checks.counters import batch as counterbatch
 from grader.checks.counters.batch import ProfileBatch, Request, profile_together, split_at_marks
@@ -81,7 +82,7 @@ def _session(monkeypatch, kernels, results, returncode=0):
         assert task["marks"] == drawn[:len(task["tasks"])]
         stops.append(stop)
         rows = [_mark(drawn[k]) if isinstance(k, int) else k for k in kernels]
-        return ToolRun(returncode, _csv(rows), "", {"status": "ok", "results": results}, 2.5), CounterRun()
+        return ToolRun(returncode, _csv(rows), "", tool_result({"status": "ok", "results": results}), 2.5), CounterRun()
 
     monkeypatch.setattr(counterbatch, "run_profiler", fake_profiler)
     return stops
@@ -113,6 +114,20 @@ def test_a_lab_whose_kernels_the_profiler_missed_is_caught_in_a_session_too(monk
     a, b = _request("a", tmp_path), _request("b", tmp_path)
     runs = profile_together([a, b])
     assert "profiler saw 1" in runs[("a", a.key)].hidden and not runs[("b", b.key)].hidden
+
+
+@pytest.mark.parametrize("launched,hidden", [(["decoy", "matmul"], True), (["decoy"], False), (None, False)])
+def test_a_case_profiled_alone_is_held_against_the_kernels_its_reply_says_ran(monkeypatch, tmp_path, launched, hidden):
+    """The one-case run (not a session) reads its worker's typed reply the same way."""
+    from grader.checks.counters import ncu
+
+    def fake_profiler(task, metrics, dirs, limit, isolation, gpu):
+        result = tool_result({"status": "ok", "seconds": 0.1, "kernels_launched": launched})
+        return ToolRun(0, _csv([("decoy", "(1, 1, 1)", 7)]), "", result, 0.5), CounterRun()
+
+    monkeypatch.setattr(ncu, "run_profiler", fake_profiler)
+    run = ncu.profile(tmp_path / "lib.so", {"kind": "case"}, ("m.sum",), RunDirs(tmp_path / "i", tmp_path / "o"), 10.0, None)  # type: ignore[arg-type]
+    assert bool(run.hidden) is hidden and run.values == ({} if hidden else {"m.sum": 7.0})
 
 
 def test_nothing_is_attributed_from_a_session_whose_markers_do_not_match(monkeypatch, tmp_path):
@@ -356,7 +371,7 @@ def test_an_early_session_settles_each_labs_cases_from_the_job_it_was_sent(monke
         job = _read_job(fd)
         rows = [row for k, mark in enumerate(job["marks"]) for row in (_mark(mark), (f"k{k}", "(8, 1, 1)", 10.0 * (k + 1)))]
         results = [{"status": "ok", "kernels_launched": [f"k{k}"]} for k in range(len(job["tasks"]))]
-        return ToolRun(0, _csv(rows), "", {"status": "ok", "results": results}, 1.0), CounterRun()
+        return ToolRun(0, _csv(rows), "", tool_result({"status": "ok", "results": results}), 1.0), CounterRun()
 
     early, fresh, _ = _early(monkeypatch, tmp_path, profiler)
     batch = ProfileBatch(["a", "b"], early)

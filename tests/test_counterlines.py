@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from worker_replies import tool_result
 
 from grader.checks.counters import lines as counterlines
 from grader.checks.counters import ncu as counters
@@ -87,7 +88,7 @@ def test_a_failing_counter_check_with_by_line_profiles_its_case_again_and_names_
     def fake_profiler(task, metrics, dirs, limit, isolation, gpu, stop=None, collect=()):
         runs.append(collect)
         if collect:  # the source counters run
-            return ToolRun(0, page("ct_uncoalesced"), "", {"status": "ok"}, 1.0), counters.CounterRun()
+            return ToolRun(0, page("ct_uncoalesced"), "", tool_result({"status": "ok"}), 1.0), counters.CounterRun()
         values = {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 40.0, "smsp__sass_data_bytes_mem_global_op_ld.sum": 512.0,
                   "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": 10.0,
                   "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": 0.0,

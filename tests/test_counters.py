@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from worker_replies import tool_result
 
 from grader.checks.counters import ncu as counters
 from grader.checks.counters.ncu import Profiles
@@ -134,8 +135,8 @@ def test_each_lab_profiles_its_counter_checks_in_one_run(lab):
 
 
 @pytest.mark.parametrize("run,reason", [
-    (ToolRun(0, "", "", {"status": "ok"}, 0.1), ""),
-    (ToolRun(0, "", "", {"status": "cuda_error", "error": "CUDA error: an illegal memory access"}, 0.1),
+    (ToolRun(0, "", "", tool_result({"status": "ok"}), 0.1), ""),
+    (ToolRun(0, "", "", tool_result({"status": "cuda_error", "error": "CUDA error: an illegal memory access"}), 0.1),
      "CUDA error: an illegal memory access"),
     (ToolRun(-11, "", "", None, 0.1), "segmentation fault in host code (a bad pointer dereferenced on the CPU?) [SIGSEGV]"),
     (ToolRun(3, "", "", None, 0.1), "the process exited with status 3 while running your code (exit() called?)"),

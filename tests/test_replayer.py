@@ -623,3 +623,33 @@ def test_replies_record_field_stays_out_of_the_reply_check():
     ok = {"status": "ok", "seconds": 0.1, "kernels_launched": ["k"], "record": {"text": "garbage", "arrays": 3}}
     assert replies.problem(task, ok) == ""
     assert json.loads(json.dumps(ok)) == ok
+
+
+def test_each_cases_recording_is_read_from_its_typed_reply(tmp_path, monkeypatch):
+    """The recording run's marked replies, typed: a failed case says why, a case never reached says
+    so, and a record the replayer cannot read is named as such (never a verdict)."""
+    from types import SimpleNamespace
+
+    from worker_replies import tool_result
+
+    from grader.checks.counters import launched
+    from grader.checks.counters.replay import collect
+    from grader.isolation.launch import Isolation, RunDirs
+    from grader.isolation.toolrun import ToolRun
+    from grader.labspec.labs import load_problem
+
+    spec = find_lab("corner_turning")
+    cases = [collect._Case(((), k), check, (), tuple(SimpleNamespace(name=n) for n in "MNP"))  # type: ignore[arg-type]
+             for k, check in enumerate(launched.profiles_for(spec).checks[:3])]
+    assert len({case.check.id for case in cases}) == 3
+    results = [{"status": "ok", "seconds": 0.1, "kernels_launched": ["k"], "record": {"text": "garbage", "arrays": 3}},
+               {"status": "cuda_error", "error": "an illegal memory access", "sticky": True}]
+    monkeypatch.setattr(collect, "run_under_tool", lambda *args: ToolRun(0, "", "", tool_result({"status": "ok", "results": results}), 0.1))
+    sub = SimpleNamespace(spec=spec, problem=load_problem(spec), library=tmp_path / "lib.so", cache_dir=None,
+                          isolation=Isolation(Sandbox(None, reason="off")), time_left=lambda limit: limit,
+                          tool_dirs=lambda name: RunDirs(tmp_path / "in" / name, tmp_path / "out" / name))
+    out = collect.recorded(sub, cases)  # type: ignore[arg-type]
+    first, second, third = (out[case.check.id] for case in cases)
+    assert isinstance(first, str) and first.startswith("a malformed record")
+    assert second == "the recording run failed: an illegal memory access"
+    assert third == "the recording run failed: no reply"

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from worker_replies import tool_result
 
 from grader.checks import sanitizer, sanitizerbatch
 from grader.checks.sanitizerbatch import SanitizerBatch, ToolRequest, sanitize_together
@@ -37,7 +38,7 @@ def _tool(monkeypatch, returncode: int | None, log: str, results: list | None, c
         if calls is not None:
             calls.append((tool, task, limit, isolation, print_limit))
         code, text, replies = runs.pop(0)
-        return ToolRun(code, text, "", None if replies is None else {"status": "ok", "results": replies}, 2.5), ""
+        return ToolRun(code, text, "", None if replies is None else tool_result({"status": "ok", "results": replies}), 2.5), ""
     monkeypatch.setattr(sanitizer, "run_tool", fake)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from worker_replies import ok
 
 from grader.checks import timing
 from grader.isolation.options import GradeOptions
@@ -108,23 +109,24 @@ class _TimingWorker:
         self.events.append((task["kind"], time.monotonic()))
         if task["kind"] == Kind.TIMING_OPEN.value:
             if self.fails_to_open:
-                return TaskResult("crashed", {}, reason="the worker died")
+                return TaskResult("crashed", reason="the worker died")
             if self.out_of_memory:
                 self.out_of_memory -= 1
-                return TaskResult("out_of_memory", {}, reason="out of memory")
+                return TaskResult("out_of_memory", reason="out of memory")
             if task.get("export"):
-                return TaskResult("ok", {"share": "s1", "buffers": [{"name": "M", "size": 1 << 21, "host": False}]})
-            return TaskResult("ok", {"device": {"name": "test"}})
+                arrays = [a["name"] for a in task["launcher"]["args"] if a["role"] != "scalar"]
+                return ok(task, {"share": "s1", "buffers": [{"name": n, "size": 1 << 21, "host": False} for n in arrays]})
+            return ok(task, {"device": {"name": "test", "compute_capability": "9.0", "sms": 132, "l2_bytes": 50 << 20}})
         if task["kind"] == Kind.TIMING_SAMPLE.value:
             loading = all(lib != task["lib"] for lib, _ in self.samples)
             self.samples.append((task["lib"], task["gated"]))
             gate = self.gate_for.get(task["lib"], "expired" if loading else "held") if task["gated"] else "off"
             ms, wall_ms, seconds = self.reply(task["lib"], sum(lib == task["lib"] for lib, _ in self.samples) - 1)
-            return TaskResult("ok", {"ms": ms, "wall_ms": wall_ms, "gate": gate}, seconds=seconds)
+            return ok(task, {"ms": ms, "wall_ms": wall_ms, "gate": gate}, seconds=seconds)
         if task["kind"] == Kind.TIMING_CLOSE.value and task["out_dir"]:
-            return TaskResult("ok", {"check_outputs": {"P": "timed_output_P.npy"}, "check_inputs": {"M": "timed_input_M.npy"},
-                                     "inputs_modified": []})
-        return TaskResult("ok", {})
+            return ok(task, {"check_outputs": {"P": "timed_output_P.npy"}, "check_inputs": {"M": "timed_input_M.npy"},
+                              "inputs_modified": []})
+        return ok(task, {})
 
 
 def _measure(tmp_path, monkeypatch, student_gate=None, student_reply=None):
@@ -157,7 +159,7 @@ def test_the_students_buffers_are_refilled_and_read_by_the_trusted_worker(tmp_pa
     closes = [t for t in shared if t["kind"] == Kind.TIMING_CLOSE.value]
     assert [bool(t["out_dir"]) for t in closes] == [True]  # read once, and that released them
     assert m.inputs == (Path(closes[0]["out_dir"]), {"M": "timed_input_M.npy"})
-    assert m.closing["check_outputs"] == {"P": "timed_output_P.npy"}
+    assert m.closing is not None and m.closing.check_outputs == {"P": "timed_output_P.npy"}
     student_close = next(t for t in student.tasks if t["kind"] == Kind.TIMING_CLOSE.value)
     assert not student_close["out_dir"]  # the student's worker saves nothing
 
@@ -479,7 +481,7 @@ def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatc
         most.append(len(inside))
         time.sleep(0.05)
         inside.remove(task)
-        return TaskResult("ok", {})
+        return TaskResult("ok")
 
     monkeypatch.setattr(WorkerSession, "run", run)
     threads = [threading.Thread(target=first.run, args=({"kind": "timing_open", "session": f"lab{k}"}, 5)) for k in range(4)]
@@ -520,3 +522,34 @@ def test_a_speed_ratio_is_shown_on_the_side_of_each_threshold_it_is_on(ratio, sh
     from grader.checks.speed import shown_ratio
 
     assert shown_ratio(ratio, 0.9, 0.6) == shown
+
+
+@pytest.mark.parametrize("modified,off,expect", [
+    ([], 0.0, "1.00x the speed of the"),
+    ([], 1.0, "the output of a timed call was wrong"),
+    (["M"], 0.0, "modified its input M during timed calls"),
+])
+def test_the_speed_checks_read_the_trusted_workers_closing_reply(tmp_path, modified, off, expect):
+    """The last timed call's reading (the closing reply, typed) decides: inputs changed, or the
+    output it saved compared with the oracle's before any ratio is credited."""
+    import numpy as np
+    from worker_replies import ok
+
+    from grader.checks import compare, speed
+    from grader.labspec.labs import load_problem
+    from grader.worker.protocol import timing_close
+
+    spec = find_lab("tiled_matmul")
+    problem, bench = load_problem(spec), spec.benchmark
+    inputs = compare.generated(spec, problem, bench.params, 5, None)
+    for name in ("M", "N"):
+        np.save(tmp_path / f"in_{name}.npy", inputs[name])
+    np.save(tmp_path / "out_P.npy", (problem.expected(inputs, dict(bench.params))["P"] + off).astype(np.float32))
+    files = {"M": "in_M.npy", "N": "in_N.npy"}
+    closing = ok(timing_close(str(tmp_path)), {"check_outputs": {"P": "out_P.npy"}, "check_inputs": files, "inputs_modified": modified})
+    names = [*timing.baselines_of(bench), "student"]
+    m = timing.Measurement({n: [2.0] * 10 for n in names}, {n: [2.0] * 10 for n in names}, {n: [2.1] * 10 for n in names},
+                           closing=closing.answer, inputs=(tmp_path, files))
+    checks, _ = speed.score(SimpleNamespace(spec=spec, problem=problem), None, m)  # type: ignore[arg-type]
+    assert [c.id for c in checks] == [c.id for c in bench.checks]
+    assert all(c.message.startswith(expect) for c in checks), [c.message for c in checks]

@@ -18,12 +18,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from worker_replies import ok
 
 from grader.checks.correctness import failure_from_task
 from grader.checks.counters import launched
 from grader.checks.counters.ncu import NO_KERNEL, CounterRun, Profiles
 from grader.isolation import replies, runner, toolrun
 from grader.isolation.launch import Isolation, RunDirs
+from grader.isolation.replies import Reply
 from grader.isolation.runner import INTERFERED, TaskResult, WorkerSession
 from grader.isolation.sandbox import Sandbox
 from grader.labspec.labs import find_lab
@@ -56,6 +58,7 @@ def _case(memcpy_only: bool = False) -> Task:
 
 def _read() -> Task:
     return read_task("0123abcd", "/out", False, LAUNCHER)
+
 
 
 GOOD_CASE = {"status": "ok", "seconds": 0.01, "kernels_launched": ["matmul_tiled"]}
@@ -127,9 +130,11 @@ def test_replies_missing_a_field_or_of_another_task_are_refused():
 
 
 #: A stand-in worker: gets ready, then answers every task with the reply given in argv[1]
-#: (JSON, with the task's nonce added), or, for "FLOOD", writes 2 MiB with no end of line.
+#: (JSON, with the task's nonce added), or, for "FLOOD", writes 2 MiB with no end of line. With
+#: "SHARE " before the reply it first passes three descriptors tagged "s1", as the trusted worker
+#: passes its shared buffers'; after a sticky error it ends, as the real worker does.
 STAND_IN = r"""
-import json, os, sys
+import json, os, socket, sys
 reply = sys.argv[1]
 out = int(os.environ["GRADER_RESULT_FD"])
 os.write(out, b'{"event": "ready"}\n')
@@ -140,16 +145,22 @@ for line in os.fdopen(int(os.environ["GRADER_TASK_FD"])):
     if reply == "FLOOD":
         os.write(out, b"x" * (2 << 20))
         continue
+    if reply.startswith("SHARE "):
+        reply, null = reply[6:], os.open(os.devnull, os.O_RDONLY)
+        socket.send_fds(socket.socket(fileno=int(os.environ["GRADER_SHARE_FD"])), [b"s1"], [null] * 3)
     os.write(out, (json.dumps({"event": "result", "id": task["id"], **json.loads(reply)}) + "\n").encode())
+    if json.loads(reply).get("sticky"):
+        break
 """
 
 
-def _one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, trusted: bool = False) -> tuple[TaskResult, bool]:
-    """One case run by the stand-in that answers ``reply``: the result, and whether the worker was ended."""
+def _one_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reply: str, trusted: bool = False,
+              task: Task | None = None) -> tuple[TaskResult, bool]:
+    """One case (or ``task``) run by the stand-in that answers ``reply``: the result, and whether the worker was ended."""
     monkeypatch.setattr(runner, "worker_command", lambda *args: [sys.executable, "-I", "-c", STAND_IN, reply])
     session = WorkerSession(RunDirs(tmp_path / "in", tmp_path / "out"), Isolation(Sandbox(None, ""), trusted=trusted))
     try:
-        result = session.run(_case(), 30)
+        result = session.run(task or _case(), 30)
         return result, session.proc is None
     finally:
         session.close()
@@ -189,27 +200,67 @@ def test_a_forged_exit_report_with_a_code_that_is_not_a_number_is_an_exit_not_a_
     assert result.status == "exited" and "status 9" in result.reason, result
 
 
+def test_a_right_reply_comes_back_as_its_typed_record(tmp_path, monkeypatch):
+    result, ended = _one_case(tmp_path, monkeypatch, json.dumps({**GOOD_CASE, "shared_cleared": 1}))
+    assert result.status == "ok" and result.reason == "" and not ended
+    assert result.answer == Reply(Status.OK, seconds=0.01, kernels_launched=("matmul_tiled",), shared_cleared=1)
+
+
+@pytest.mark.parametrize("sticky", [True, False])
+def test_a_cuda_error_is_its_reason_and_a_sticky_one_ends_the_worker(tmp_path, monkeypatch, sticky):
+    said = json.dumps({"status": "cuda_error", "error": "an illegal memory access", "sticky": sticky})
+    result, ended = _one_case(tmp_path, monkeypatch, said)
+    assert (result.status, result.reason, ended) == ("cuda_error", "an illegal memory access", sticky)
+    assert result.answer == Reply(Status.CUDA_ERROR, "an illegal memory access", sticky)
+
+
+def test_an_interfered_status_with_no_error_is_a_failure_with_no_reply(tmp_path, monkeypatch):
+    """Only the grader says ``interfered``; one that comes from the worker with no error is not a
+    reply to believe: the task failed, with nothing more said."""
+    result, _ = _one_case(tmp_path, monkeypatch, json.dumps({"status": "interfered", "seconds": 1.0}))
+    assert (result.status, result.reason, result.reply) == ("interfered", "", None)
+
+
+def test_the_trusted_workers_shared_buffers_come_typed_with_their_descriptors(tmp_path, monkeypatch):
+    said = json.dumps({"status": "ok", "share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+    task = share_task(LAUNCHER, {"width": 16}, {}, 4)
+    result, _ = _one_case(tmp_path, monkeypatch, "SHARE " + said, trusted=True, task=task)
+    try:
+        assert result.status == "ok" and len(result.fds) == 3
+        assert result.answer.share == "s1" and [b["name"] for b in result.answer.buffers or ()] == ["M", "N", "P"]
+    finally:
+        for fd in result.fds:
+            os.close(fd)
+    monkeypatch.setattr(runner, "FDS_WAIT_S", 0.5)
+    result, _ = _one_case(tmp_path, monkeypatch, said, trusted=True, task=task)  # the descriptors never come
+    assert result.status == "worker_error" and "malformed reply: no descriptors for its shared buffers" in result.reason
+
+
 def test_a_tool_run_s_result_file_of_the_wrong_shape_is_the_submission_s(tmp_path):
     (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": [{"status": "ok", "seconds": "fast"}]}))
     result = toolrun._read_result(tmp_path)
-    assert result is not None and result["status"] == Status.INTERFERED.value
-    assert result["error"] == f"{INTERFERED} (results reply 1: seconds not a finite number: 'fast')"
+    assert result is not None and result.status == Status.INTERFERED.value
+    assert result.error == f"{INTERFERED} (results reply 1: seconds not a finite number: 'fast')"
     (tmp_path / "result.json").write_text("[1, 2]")
-    assert toolrun._read_result(tmp_path) == {"status": "interfered", "error": f"{INTERFERED} (a result that is not a JSON object)"}
+    assert toolrun._read_result(tmp_path) == Reply(Status.INTERFERED, f"{INTERFERED} (a result that is not a JSON object)")
+    (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": 5}))  # once a crash of the grader's
+    assert toolrun._read_result(tmp_path) == Reply(Status.INTERFERED, f"{INTERFERED} (results is not a list of replies)")
     fine = {"status": "ok", "results": [{"status": "ok", "seconds": 0.1, "kernels_launched": ["k"]}]}
     (tmp_path / "result.json").write_text(json.dumps(fine))
-    assert toolrun._read_result(tmp_path) == fine
+    assert toolrun._read_result(tmp_path) == Reply(Status.OK, results=(Reply(Status.OK, seconds=0.1, kernels_launched=("k",)),))
 
 
 def test_a_tool_run_whose_worker_reports_its_own_failure_is_the_submission_s_unless_the_worker_was_the_grader_s(tmp_path):
     broke = {"status": "worker_error", "error": "Traceback ...\nAttributeError: 'list' object has no attribute 'items'"}
     failed = {"status": "ok", "results": [{"status": "ok", "seconds": 0.1, "kernels_launched": []}, broke]}
     (tmp_path / "result.json").write_text(json.dumps(failed))
-    assert toolrun._read_result(tmp_path) == {
-        "status": "interfered", "error": f"{INTERFERED} (its own code failed (AttributeError: 'list' object has no attribute 'items'))"}
-    assert toolrun._read_result(tmp_path, trusted=True) == failed  # the baselines' own run: the grader's error, as it says
+    assert toolrun._read_result(tmp_path) == Reply(
+        Status.INTERFERED, f"{INTERFERED} (its own code failed (AttributeError: 'list' object has no attribute 'items'))")
+    # the baselines' own run: the grader's error, as it says
+    assert toolrun._read_result(tmp_path, trusted=True) == Reply(
+        Status.OK, results=(Reply(Status.OK, seconds=0.1, kernels_launched=()), Reply(Status.WORKER_ERROR, broke["error"])))
     (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "results": "all fine"}))
-    assert toolrun._read_result(tmp_path, trusted=True)["status"] == "worker_error"
+    assert toolrun._read_result(tmp_path, trusted=True).status == "worker_error"
 
 
 # ------------------------------------------------------------------ what ran: the profiler's record
@@ -290,17 +341,17 @@ def test_a_case_is_judged_on_the_trusted_workers_reading_whatever_the_students_w
         if task["kind"] == Kind.SHARE.value:
             inputs = {k: np.load(v) for k, v in task["inputs"].items()}
             trusted_answer.want = problem.expected(inputs, dict(case.params))
-            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]}, fds=(7, 8, 9))
+            return ok(task, {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]}, fds=(7, 8, 9))
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", trusted_answer.want["P"].astype(np.float32))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": guard, "inputs_modified": modified,
+            return ok(task, {"outputs": {"P": "P.npy"}, "guard_violations": guard, "inputs_modified": modified,
                                      "gpu_memory": ROOMY})
-        return TaskResult("ok", {})
+        return ok(task, {})
 
     forged = {"seconds": 0.001, "kernels_launched": ["matmul_tiled"], "guard_violations": {}, "inputs_modified": [],
               "outputs": {"P": "P.npy"}}
-    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", forged))
+    student = _Session(tmp_path, "student", lambda task: ok(task, forged))
     trusted = _Session(tmp_path, "trusted", trusted_answer)
     sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
                           time_left=lambda limit=math.inf: 60.0)
@@ -333,12 +384,12 @@ def _right_answers(problem, case):
     def trusted_answer(task):
         if task["kind"] == Kind.SHARE.value:
             want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
-            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+            return ok(task, {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
-        return TaskResult("ok", {})
+            return ok(task, {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [], "gpu_memory": ROOMY})
+        return ok(task, {})
     return trusted_answer
 
 
@@ -362,7 +413,7 @@ def test_a_case_killed_at_its_limit_is_run_once_more_with_three_times_as_long(tm
 
     killed = TaskResult("timeout", reason="did not finish within 10 s and was killed (infinite loop or deadlock?)", seconds=10.0)
     answers = iter([killed, TaskResult("timeout", seconds=30.0) if second == "timeout" else
-                    TaskResult("ok", {"seconds": 14.0, "kernels_launched": ["k"]}, seconds=14.0)])
+                    ok(_case(), {"seconds": 14.0, "kernels_launched": ["k"]}, seconds=14.0)])
     limits: list[float] = []
 
     def student_answer(task, limit):
@@ -403,7 +454,7 @@ def test_a_call_whose_kernels_ran_on_cleared_shared_memory_is_run_again_with_oth
     trusted_answer = _right_answers(problem, case)
 
     answers = iter(cleared)
-    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"],
+    student = _Session(tmp_path, "student", lambda task: ok(task, {"seconds": 0.01, "kernels_launched": ["k"],
                                                                            "shared_cleared": next(answers)}, seconds=0.01))
     trusted = _Session(tmp_path, "trusted", trusted_answer)
     sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",
@@ -450,17 +501,17 @@ def test_a_student_whose_call_keeps_the_gpus_memory_is_told_so_only_if_ending_it
             if short_at == "share" and len(shares) == 1:
                 return TaskResult("out_of_memory", reason="out of memory")
             want.update(problem.expected({k: np.load(v) for k, v in task["inputs"].items()}, dict(case.params)))
-            return TaskResult("ok", {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
+            return ok(task, {"share": "s1", "buffers": [{"name": n, "size": 2 << 20, "host": False} for n in "MNP"]})
         if task["kind"] == Kind.READ.value:
             Path(task["out_dir"]).mkdir(parents=True)
             np.save(Path(task["out_dir"]) / "P.npy", want["P"].astype(np.float64))
-            return TaskResult("ok", {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [],
+            return ok(task, {"outputs": {"P": "P.npy"}, "guard_violations": {}, "inputs_modified": [],
                                      "gpu_memory": [starved, 80 << 30] if short_at == "read" else ROOMY})
         if task["kind"] == Kind.MEMORY.value:  # asked once the student's worker is ended
-            return TaskResult("ok", {"gpu_memory": [starved + (given_back if student.killed else 0), 80 << 30]})
-        return TaskResult("ok", {})
+            return ok(task, {"gpu_memory": [starved + (given_back if student.killed else 0), 80 << 30]})
+        return ok(task, {})
 
-    student = _Session(tmp_path, "student", lambda task: TaskResult("ok", {"seconds": 0.01, "kernels_launched": ["k"]}))
+    student = _Session(tmp_path, "student", lambda task: ok(task, {"seconds": 0.01, "kernels_launched": ["k"]}))
     student.proc = SimpleNamespace(poll=lambda: None if not student.killed else 0)
     trusted = _Session(tmp_path, "trusted", trusted_answer)
     sub = SimpleNamespace(spec=spec, secret="s", problem=problem, cache_dir=None, library=tmp_path / "lib.so",

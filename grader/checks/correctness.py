@@ -126,7 +126,7 @@ def grade_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, c
         return failure_from_task(shared, cid, Stage.CORRECTNESS, case.points)
     if shared.status != Status.OK.value:
         raise SharingFailed(f"the trusted worker could not make the buffers of {cid}: {shared.reason}")
-    share = str(shared.data["share"])
+    share = shared.answer.share
     readings = trusted.dirs.outbox / f"{spec.id}-{folder}-{share}"
     try:
         return _run_case(sub, worker, trusted, case, cid, shared, readings, expected)
@@ -163,7 +163,7 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
     first_wrong: tuple[list[str], list[str]] | None = None
     answers: set[str] = set()  # a digest of each run's outputs: do the runs agree?
     launched: set[str] | None = set()
-    share = str(shared.data["share"])
+    share = shared.answer.share
     slow_note, reruns = "", 0
     for run in range(case.repeat):
         task = _call_task(sub, case, shared, poison_pattern(cid, run))
@@ -179,15 +179,15 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
             result = worker.run(task, sub.time_left(spec.correctness.time_limit_s), shared.fds)
         if result.status != Status.OK.value:
             return failure_from_task(result, cid, Stage.CORRECTNESS, case.points)
-        names = result.data.get("kernels_launched")
-        if launched is not None and isinstance(names, list):
+        names = result.answer.kernels_launched
+        if launched is not None and names is not None:
             launched.update(demangle(str(n)) for n in names)
         else:
             launched = None
         seconds += result.seconds
         read = trusted.run(read_task(share, str(readings / str(run)), run + 1 < case.repeat, launcher_spec(spec)), 120.0)
         ok, starved = read.status == Status.OK.value, read.status == Status.OUT_OF_MEMORY.value
-        held = _memory_kept(worker, trusted, read.data["gpu_memory"] if ok else None) if ok or starved else ""
+        held = _memory_kept(worker, trusted, read.answer.gpu_memory if ok else None) if ok or starved else ""
         if not ok and not held:
             raise SharingFailed(f"the trusted worker could not read the buffers of {cid}: {read.reason}")
         if held:
@@ -195,9 +195,9 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
             return failure_from_task(taken, cid, Stage.CORRECTNESS, case.points)
         problems, details = [], []
         digest = hashlib.sha256()
-        for name, (before, after) in read.data["guard_violations"].items():
+        for name, (before, after) in read.answer.guard_violations.items():
             problems.append(f"wrote outside {name}: {before} bytes changed before it, {after} after it")
-        for name in read.data["inputs_modified"]:
+        for name in read.answer.inputs_modified:
             problems.append(f"modified its input {name} (inputs must be left unchanged)")
         for out, want in expected.items():
             got = load_npy(readings, f"{run}/{out}.npy", output_limit(want))
@@ -230,8 +230,8 @@ def _run_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, ca
 
 def _call_task(sub: Submission, case: Case, shared: TaskResult, pattern: int) -> Task:
     """One call of the launcher on the case's shared buffers, shared memory filled with ``pattern``."""
-    return case_task(str(sub.library), launcher_spec(sub.spec), dict(case.params), str(shared.data["share"]),
-                     shared.data["buffers"], guard=sub.spec.correctness.guard_elements, poison=pattern)
+    return case_task(str(sub.library), launcher_spec(sub.spec), dict(case.params), shared.answer.share,
+                     list(shared.answer.buffers or ()), guard=sub.spec.correctness.guard_elements, poison=pattern)
 
 
 def _ran_on_cleared(result: TaskResult) -> bool:
@@ -239,16 +239,16 @@ def _ran_on_cleared(result: TaskResult) -> bool:
     after the grader's fill (``poison.cleared``): what it computed may hide reads of memory it never
     wrote, so the call is run again. (The reply is the student's process's, its count checked with
     the rest of it by ``replies``: at worst it costs a bounded number of calls.)"""
-    return int(result.data.get("shared_cleared", 0)) > 0
+    return result.answer.shared_cleared > 0
 
 
 def _refill(trusted: WorkerSession, shared: TaskResult, scratch: Path, task: Task) -> None:
     """The case's buffers as before the first call, filled again by the trusted worker whatever
     the last call left (read into ``scratch``), for ``task`` to run again."""
-    trusted.run(read_task(str(shared.data["share"]), str(scratch), True, task["launcher"]), 120.0)
+    trusted.run(read_task(shared.answer.share, str(scratch), True, task["launcher"]), 120.0)
 
 
-def _memory_kept(worker: WorkerSession, trusted: WorkerSession, after: list[int] | None) -> str:
+def _memory_kept(worker: WorkerSession, trusted: WorkerSession, after: tuple[int, int] | None) -> str:
     """The verdict on a call that kept the GPU's memory ("" for one that did not).
 
     Where the trusted worker found less than ``STARVED_BELOW_BYTES`` free after the call (``after``:
@@ -270,7 +270,7 @@ def _memory_kept(worker: WorkerSession, trusted: WorkerSession, after: list[int]
 def _gpu_memory(trusted: WorkerSession) -> tuple[int, int] | None:
     """[free, total] bytes of the GPU's memory, as the trusted worker finds it now."""
     now = trusted.run(protocol.memory_task(), 30.0)
-    return (int(now.data["gpu_memory"][0]), int(now.data["gpu_memory"][1])) if now.status == Status.OK.value else None
+    return now.answer.gpu_memory if now.status == Status.OK.value else None
 
 
 def _run_again(sub: Submission, worker: WorkerSession, trusted: WorkerSession, task: Task, shared: TaskResult,

@@ -29,19 +29,20 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..context import carried
 from ..host import toolchain
 from ..host.hostdirs import private_dir, read_private, write_private
 from ..host.procgroup import AnyOf, Stop
 from ..isolation.launch import Isolation, RunDirs
+from ..isolation.replies import Reply
 from ..isolation.submission import Submission
 from ..labspec.spec import SanitizerCheck
 from ..labspec.version import problem_version
 from ..outcome import CheckResult
 from ..textutil import OMITTED
-from ..worker.protocol import Task, marked_tasks
+from ..worker.protocol import Status, Task, marked_tasks
 from . import sanitizer
 from .correctness import tool_task
 from .counters.batch import combined
@@ -139,24 +140,24 @@ def _shared_run(tool: str, requests: list[ToolRequest]) -> tuple[dict[tuple[str,
     found = sanitizer.outcome(run, missing, limit, "")
     if found.skipped:  # no compute-sanitizer here: the same for every lab
         return {(r.lab, r.check): found for r in requests}, []
-    results = (run.result or {}).get("results") if run is not None and not run.timed_out else None
-    if run is None or not isinstance(results, list):  # stopped, killed at the limit, or the process died
+    results = run.result.results if run is not None and not run.timed_out and run.result is not None else None
+    if run is None or results is None:  # stopped, killed at the limit, or the process died
         # stopped for a lab whose case hangs (its check is gated): the others share a run again
         return {}, [r for r in requests if not r.stop.is_set()] if any(r.stop.is_set() for r in requests) else []
-    replies: list[dict[str, Any] | None] = [r if isinstance(r, dict) else {} for r in results[:len(requests)]]
+    replies: list[Reply | None] = [*results[:len(requests)]]
     replies += [None] * (len(requests) - len(replies))  # not reached
-    broke = next(((q.lab, str(r.get("error", "")).split(":")[0]) for q, r in zip(requests, replies) if r and r.get("sticky")), None)
+    broke = next(((q.lab, (r.error or "").split(":")[0]) for q, r in zip(requests, replies) if r is not None and r.sticky), None)
     faulty = blamed(run.log, {r.lab: r.kernels for r in requests}, broke)
     if faulty is None or (found.errors and not faulty):
         return {}, []
-    labs: dict[str, list[tuple[ToolRequest, dict[str, Any] | None]]] = {}
+    labs: dict[str, list[tuple[ToolRequest, Reply | None]]] = {}
     for request, reply in zip(requests, replies):
         labs.setdefault(request.lab, []).append((request, reply))
     shared = SanitizerRun(seconds=found.seconds, shared=len(labs))
     settled: dict[tuple[str, str], SanitizerRun] = {}
     again: list[ToolRequest] = []
     for lab, pairs in labs.items():
-        if lab in faulty or any(reply is not None and reply.get("status") != "ok" for _, reply in pairs):
+        if lab in faulty or any(reply is not None and reply.status != Status.OK for _, reply in pairs):
             continue  # its own run tells
         if any(reply is None for _, reply in pairs):
             again += [request for request, _ in pairs]

@@ -128,9 +128,10 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
     if m.gate_note:
         timings["student"]["gate"] = m.gate_note
     data = m.closing
+    assert data is not None
 
-    if data.get("inputs_modified"):
-        msg = f"modified its input {', '.join(data['inputs_modified'])} during timed calls (inputs must be left unchanged)"
+    if data.inputs_modified:
+        msg = f"modified its input {', '.join(data.inputs_modified)} during timed calls (inputs must be left unchanged)"
         return _all(bench, Outcome.FAIL, msg), timings
     # the output of the last timed call must be right: result caching or skipped work cannot pay
     # fresh inputs each sample: nothing to cache. The trusted worker refilled the inputs and read
@@ -139,7 +140,7 @@ def score(sub: Submission, worker: WorkerSession, m: Measurement) -> tuple[list[
     folder, names = m.inputs
     inputs = {k: load_npy(folder, v, TIMED_ARRAY_LIMIT) for k, v in names.items()}
     want = sub.problem.expected(inputs, dict(bench.params))
-    saved = data["check_outputs"]
+    saved = data.check_outputs
     if set(saved) != set(want):
         raise RuntimeError(f"the trusted worker saved the timed outputs {sorted(saved)}, not {sorted(want)}")
     wrong = []

@@ -16,11 +16,12 @@ from ..host.gpu import key_of
 from ..host.procgroup import TEARDOWNS
 from ..isolation.build import baseline_library
 from ..isolation.options import secret_seed
+from ..isolation.replies import Reply
 from ..isolation.runner import TaskResult, WorkerSession
 from ..isolation.submission import Submission
 from ..labspec.paths import problem_to_import
 from ..labspec.spec import Benchmark, LabSpec, Timing
-from ..worker.protocol import Reply, Status, Task, timing_close, timing_open, timing_prepare, timing_sample
+from ..worker.protocol import Status, Task, timing_close, timing_open, timing_prepare, timing_sample
 from .correctness import launcher_spec
 from .samples import (
     RETAKES,
@@ -65,7 +66,7 @@ class Measurement:
     walls: dict[str, list[float]]
     trips: dict[str, list[float]]  # the grader's round trip of each timed call
     device: dict[str, Any] = field(default_factory=dict)
-    closing: Reply = field(default_factory=dict)
+    closing: Reply | None = None
     #: the last timed call's inputs and outputs as the trusted worker saved them: (its folder,
     #: file names of the inputs by name)
     inputs: tuple[Path, dict[str, str]] | None = None
@@ -191,10 +192,10 @@ class TimedRun:
         self.shared_open = True
         try:
             student = opening(spec, {"student": str(sub.library)}, seed, False)
-            student["share"], student["buffers"] = buffers.data["share"], buffers.data["buffers"]
+            student["share"], student["buffers"] = buffers.answer.share, list(buffers.answer.buffers or ())
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="timing-open") as pool:
                 student_open = pool.submit(carried(self._opened), "student", student, buffers.fds)
-                self.m.device = self._opened(self.baselines[0], baselines_opening(spec, sub.archs, sub.cache_dir, sub.secret)).data["device"]
+                self.m.device = self._opened(self.baselines[0], baselines_opening(spec, sub.archs, sub.cache_dir, sub.secret)).answer.device
                 student_open.result()
         except BaseException:
             self.release()
@@ -230,8 +231,8 @@ class TimedRun:
             # into a folder of this run's own: the worker serves every submission graded on this GPU
             folder = self.trusted.dirs.outbox / f"{CLOSING_FOLDER}-{self.sub.spec.id}-{secrets.token_hex(6)}"
             self.shared_open = False
-            m.closing = self._shared(timing_close(str(folder))).data
-            m.inputs = (folder, {str(k): str(v) for k, v in m.closing["check_inputs"].items()})
+            m.closing = self._shared(timing_close(str(folder))).answer
+            m.inputs = (folder, {str(k): str(v) for k, v in m.closing.check_inputs.items()})
         finally:
             self.release()
         marks.append(time.monotonic())
@@ -265,14 +266,14 @@ class TimedRun:
             self._shared(timing_prepare(n))  # fresh inputs in the student's buffers, by the trusted worker
         self._call(n, timing_prepare(n))
         result = self._call(n, timing_sample(n, m.gated and gated))
-        data = result.data
-        if m.gated and gated and data.get("gate") != "held":
+        data = result.answer
+        if m.gated and gated and data.gate != "held":
             # the gate expired (the launcher waited for the GPU) or there is none: no gate, for every kernel
             m.gated = False
-            m.gate_note = str(data.get("gate", "no gate"))[:300]  # the student's worker says it: bounded
+            m.gate_note = data.gate[:300]  # the student's worker says it: bounded
             raise _Ungated
-        late = data["wall_ms"] > data["ms"] * WALL_SLACK + WALL_MARGIN_MS
-        return (data["wall_ms"] if late else data["ms"]), late, data["wall_ms"], result.seconds * 1e3
+        late = data.wall_ms > data.ms * WALL_SLACK + WALL_MARGIN_MS
+        return (data.wall_ms if late else data.ms), late, data.wall_ms, result.seconds * 1e3
 
     def _disturbed(self, n: str, reported: float, late: bool, trip: float) -> bool:
         """Whether a sample ran late, or (the student's) reports less than its round trip allows

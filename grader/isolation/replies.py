@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..worker.protocol import Kind, Status, Task
+from ..worker.protocol import Kind, SharedBuffer, Status, Task
 
 #: The most a reply line may hold; a longer one is cut off and judged malformed.
 REPLY_LIMIT_BYTES = 1 << 20
@@ -197,9 +198,107 @@ def result_problem(reply: Mapping[str, Any]) -> str:
     """What is wrong with a one-shot worker's result (a case, or marked cases, run under a tool
     with no outputs saved), checked without its task."""
     if "results" not in reply:
-        return problem(Task(kind=Kind.CASE.value, memcpy_only=True), reply)
+        return problem(_result_task(reply), reply)
     results = reply.get("results")
     if not isinstance(results, list) or len(results) > MAX_KERNELS:
         return "results is not a list of replies"
-    cases = [Task(kind=Kind.CASE.value, memcpy_only=True) for _ in results]
-    return problem(Task(kind=Kind.MARKED.value, tasks=cases), reply)
+    return problem(_result_task(reply), reply)
+
+
+def _result_task(reply: Mapping[str, Any]) -> Task:
+    """The task a one-shot worker's result answers, as far as its shape says: one case, or marked cases."""
+    results = reply.get("results")
+    if "results" not in reply or not isinstance(results, list):
+        return Task(kind=Kind.CASE.value, memcpy_only=True)
+    return Task(kind=Kind.MARKED.value, tasks=[Task(kind=Kind.CASE.value, memcpy_only=True) for _ in results])
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A worker's reply once :func:`problem` found it of its task's shape: the fields its task's
+    kind holds (``_fields``), typed; the others keep their empty default. Numbers are kept as the
+    worker wrote them (an int stays an int: the reports show them).
+
+    ``error`` is None where the reply gave none. Only a failed reply's ``error`` and ``sticky``
+    are checked; an ok reply's are kept as their text and truth, which is all a reader takes of them."""
+
+    status: Status
+    error: str | None = None
+    sticky: bool = False
+    # a case
+    seconds: float = 0.0
+    kernels_launched: tuple[str, ...] | None = None  # None: some launch had no name
+    shared_cleared: int = 0
+    record: object = None  # the recorded calls, as the worker wrote them: the replayer's parser checks them
+    # timing
+    device: dict[str, Any] = field(default_factory=dict)  # kept whole: the reports show it
+    ms: float = 0.0
+    wall_ms: float = 0.0
+    gate: str = ""
+    check_outputs: Mapping[str, str] = field(default_factory=dict)
+    check_inputs: Mapping[str, str] = field(default_factory=dict)
+    # the trusted worker's shared buffers, and what it read of them
+    share: str = ""
+    buffers: tuple[SharedBuffer, ...] | None = None  # None: the reply shares none
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    guard_violations: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    inputs_modified: tuple[str, ...] = ()
+    gpu_memory: tuple[int, int] | None = None  # [free, total] bytes
+    # marked cases
+    results: tuple[Reply, ...] | None = None  # None: the reply holds no list of them
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A reply not of its task's shape: ``why`` is :func:`problem`'s text."""
+
+    why: str
+
+
+def parse(task: Task, raw: Mapping[str, Any]) -> Reply | Invalid:
+    """``raw``, the reply to ``task``, checked (:func:`problem`) and, if it holds, typed."""
+    why = problem(task, raw)
+    return Invalid(why) if why else _typed(task, raw)
+
+
+def parse_result(raw: Mapping[str, Any]) -> Reply | Invalid:
+    """A one-shot worker's result checked (:func:`result_problem`) and, if it holds, typed."""
+    why = result_problem(raw)
+    return Invalid(why) if why else _typed(_result_task(raw), raw)
+
+
+def _typed(task: Task, raw: Mapping[str, Any]) -> Reply:
+    """The record of ``raw``, a reply to ``task`` that :func:`problem` found of its shape."""
+    status = Status(raw["status"])
+    error = str(raw["error"]) if "error" in raw else None
+    sticky = bool(raw.get("sticky", False))
+    if status != Status.OK:
+        return Reply(status, error, sticky)
+    kind = task.get("kind")
+    if kind == Kind.CASE.value:
+        names = raw["kernels_launched"]
+        return Reply(status, error, sticky, seconds=raw["seconds"], kernels_launched=None if names is None else tuple(names),
+                     shared_cleared=raw.get("shared_cleared", 0), record=raw.get("record"))
+    if kind == Kind.SHARE.value or (kind == Kind.TIMING_OPEN.value and task.get("export")):
+        buffers = tuple(SharedBuffer(name=b["name"], size=b["size"], host=b["host"]) for b in raw["buffers"])
+        return Reply(status, error, sticky, share=raw["share"], buffers=buffers)
+    if kind == Kind.TIMING_OPEN.value:
+        return Reply(status, error, sticky, device=dict(raw["device"]))
+    if kind == Kind.TIMING_SAMPLE.value:
+        return Reply(status, error, sticky, ms=raw["ms"], wall_ms=raw["wall_ms"], gate=raw["gate"])
+    if kind == Kind.TIMING_CLOSE.value and task.get("out_dir"):
+        return Reply(status, error, sticky, check_outputs=dict(raw["check_outputs"]), check_inputs=dict(raw["check_inputs"]),
+                     inputs_modified=tuple(raw["inputs_modified"]))
+    if kind == Kind.READ.value:
+        return Reply(status, error, sticky, outputs=dict(raw["outputs"]), inputs_modified=tuple(raw["inputs_modified"]),
+                     guard_violations={k: (v[0], v[1]) for k, v in raw["guard_violations"].items()},
+                     gpu_memory=_two(raw["gpu_memory"]))
+    if kind == Kind.MEMORY.value:
+        return Reply(status, error, sticky, gpu_memory=_two(raw["gpu_memory"]))
+    if kind == Kind.MARKED.value:
+        return Reply(status, error, sticky, results=tuple(_typed(sub, one) for one, sub in zip(raw["results"], task.get("tasks", []))))
+    return Reply(status, error, sticky)
+
+
+def _two(pair: list[int]) -> tuple[int, int]:
+    return pair[0], pair[1]

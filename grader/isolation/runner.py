@@ -23,7 +23,7 @@ import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..host import gputurns
@@ -33,6 +33,7 @@ from ..worker import shared
 from ..worker.protocol import QUIT, Status, Task, makes_shared
 from . import replies
 from .launch import FILE_LIMIT_BYTES, Isolation, RunDirs, worker_command
+from .replies import Invalid, Reply
 
 STARTUP_LIMIT_S = 120.0
 #: How a reply that the student's code forged or broke is reported.
@@ -46,12 +47,19 @@ LINE_CHARS = 200  # a reported line of it, at most
 @dataclass(frozen=True)
 class TaskResult:
     status: str  # a ``Status`` value: ok | cuda_error | out_of_memory | timeout | crashed | exited | worker_error | startup_failed | interfered
-    data: dict[str, Any] = field(default_factory=dict)
+    reply: Reply | None = None  # the worker's reply, checked; None where it gave none that is believed
     reason: str = ""  # for students, when status is not ok
     log_tail: str = ""
     seconds: float = 0.0
     #: descriptors of shared buffers the worker passed with its reply (the caller closes them)
     fds: tuple[int, ...] = ()
+
+    @property
+    def answer(self) -> Reply:
+        """The checked reply of a task that ended ok: the fields its kind holds."""
+        if self.reply is None:
+            raise RuntimeError(f"a task that ended {self.status} has no reply")
+        return self.reply
 
 
 #: How long the grader waits for shared buffers' descriptors once their reply has come.
@@ -251,21 +259,29 @@ class WorkerSession:
                 number = number if isinstance(number, int) and not isinstance(number, bool) and 0 <= number < 256 else 9
                 code = number if status == "exited" else -number
                 status, reason = describe_exit(code)
-                return TaskResult(status, {}, reason, self.log_tail(), seconds)
-            wrong = replies.problem(task, msg) if status != Status.INTERFERED.value else str(data.get("error", ""))
+                return TaskResult(status, None, reason, self.log_tail(), seconds)
+            reply: Reply | None = None
+            if status == Status.INTERFERED.value:
+                wrong = str(data.get("error", ""))
+            else:
+                parsed = replies.parse(task, msg)
+                wrong, reply = (parsed.why, None) if isinstance(parsed, Invalid) else ("", parsed)
             if wrong or (status == Status.WORKER_ERROR.value and not self.isolation.trusted):
                 return self._interfered(wrong or f"its own code failed ({last_line(data.get('error'))})", seconds)
-            reason = data.get("error", "") if status != "ok" else ""
-            if (status == "cuda_error" and data.get("sticky")) or (status == "out_of_memory" and not makes_shared(task)):
+            # (an ``interfered`` status that came with no error, from outside the task, carries no reply and no reason)
+            reason = ((reply.error or "") if reply is not None else "") if status != "ok" else ""
+            sticky = reply is not None and reply.sticky
+            if (status == "cuda_error" and sticky) or (status == "out_of_memory" and not makes_shared(task)):
                 self._reap(10.0)  # it is ending: the next task gets a fresh worker, its memory released
             received: tuple[int, ...] = ()
-            if status == Status.OK.value and "buffers" in data and self.isolation.trusted and self.share is not None:
+            if reply is not None and reply.buffers is not None and status == Status.OK.value and self.isolation.trusted \
+                    and self.share is not None:
                 try:
                     self.share.settimeout(FDS_WAIT_S)
-                    received = tuple(shared.receive_fds(self.share, str(data.get("share")), len(data["buffers"])))
+                    received = tuple(shared.receive_fds(self.share, reply.share, len(reply.buffers)))
                 except (OSError, shared.SharingError) as exc:
                     return self._interfered(f"no descriptors for its shared buffers ({exc})", seconds)
-            return TaskResult(status, data, reason, self.log_tail() if status != "ok" else "", seconds, received)
+            return TaskResult(status, reply, reason, self.log_tail() if status != "ok" else "", seconds, received)
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
             return TaskResult(

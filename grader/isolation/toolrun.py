@@ -9,7 +9,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..errors import GraderError
 from ..host import gputurns
@@ -19,6 +18,7 @@ from ..textutil import CappedOutput, clean
 from ..worker.protocol import Status, Task
 from . import replies
 from .launch import Isolation, RunDirs, worker_command
+from .replies import Invalid, Reply
 from .runner import INTERFERED, OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES, describe_exit, last_line
 
 RESULT_LIMIT_BYTES = 4 << 20  # a one-shot worker's result.json
@@ -36,7 +36,7 @@ class ToolRun:
     returncode: int | None  # None: killed at the time limit
     log: str  # the tool's own report, cleaned
     console: str  # what the tool and the program printed, cleaned
-    result: dict[str, Any] | None  # what the worker reported, if it got that far
+    result: Reply | None  # what the worker reported, checked, if it got that far
     seconds: float
 
     @property
@@ -48,8 +48,8 @@ class ToolRun:
         with status 0 before reporting anything."""
         if self.result is None:
             return describe_exit(self.returncode)[1] if self.returncode else ended_silently
-        if self.result.get("status") != "ok":
-            return str(self.result.get("error", "failed"))
+        if self.result.status != Status.OK:
+            return self.result.error if self.result.error is not None else "failed"
         return ""
 
 
@@ -109,23 +109,22 @@ def _job(task: Task | int, dirs: RunDirs) -> tuple[list[str], tuple[int, ...], t
     return ["--job", str(dirs.inbox / "job.json")], (), inputs
 
 
-def _read_result(outbox: Path, trusted: bool = False) -> dict[str, Any] | None:
-    """The worker's result, if it wrote one. Unless the worker ran only the grader's code, it was
+def _read_result(outbox: Path, trusted: bool = False) -> Reply | None:
+    """The worker's result, if it wrote one, checked. Unless the worker ran only the grader's code, it was
     written where the student's code runs: one of the wrong shape, or one that reports a failure
     of the worker's own code, is the student's doing and reported as such."""
     try:
         data = json.loads(read_beneath(outbox, "result.json", RESULT_LIMIT_BYTES))
     except (OSError, ValueError, GraderError):  # missing, unreadable, a link, too large
         return None
-    if not isinstance(data, dict):
-        wrong = "a result that is not a JSON object"
+    parsed = replies.parse_result(data) if isinstance(data, dict) else Invalid("a result that is not a JSON object")
+    if isinstance(parsed, Invalid):
+        wrong = parsed.why
     else:
-        wrong = replies.result_problem(data)
-        failed = [r for r in (data, *(data.get("results") or [])) if isinstance(r, dict) and r.get("status") == Status.WORKER_ERROR.value]
-        if not wrong and failed and not trusted:
-            wrong = f"its own code failed ({last_line(failed[0].get('error'))})"
-    if not wrong:
-        return data  # type: ignore[no-any-return]
+        failed = [r for r in (parsed, *(parsed.results or ())) if r.status == Status.WORKER_ERROR]
+        if not failed or trusted:
+            return parsed
+        wrong = f"its own code failed ({last_line(failed[0].error)})"
     if trusted:
-        return {"status": Status.WORKER_ERROR.value, "error": f"the grader's worker wrote a malformed result: {wrong}"}
-    return {"status": Status.INTERFERED.value, "error": f"{INTERFERED} ({wrong})"}
+        return Reply(Status.WORKER_ERROR, f"the grader's worker wrote a malformed result: {wrong}")
+    return Reply(Status.INTERFERED, f"{INTERFERED} ({wrong})")

@@ -37,7 +37,7 @@ from ...isolation.launch import Isolation, RunDirs
 from ...isolation.submission import Submission
 from ...isolation.toolrun import ToolRun
 from ...outcome import CheckResult
-from ...worker.protocol import MARK_KERNEL, Task, marked_tasks
+from ...worker.protocol import MARK_KERNEL, Status, Task, marked_tasks
 from ..correctness import tool_task
 from ..labbatch import LabBatch
 from . import ncu as counters
@@ -129,20 +129,18 @@ def metrics_of(requests: list[Request]) -> tuple[str, ...]:
 
 def settled(requests: list[Request], marks: list[int], run: ToolRun, early: bool = False) -> dict[tuple[str, CaseKey], CounterRun]:
     """What a completed session's run settled, per request (those missing are profiled alone)."""
-    results = (run.result or {}).get("results")
-    if run.failure("") or not isinstance(results, list):
+    results = run.result.results if run.result is not None else None
+    if run.failure("") or results is None:
         return {}
     parts = split_at_marks(kernel_rows(run.log), marks[:len(results)])
     if parts is None:
         return {}
     out: dict[tuple[str, CaseKey], CounterRun] = {}
     for request, result, rows in zip(requests, results, parts):
-        if not isinstance(result, dict):
-            continue
-        if result.get("status") != "ok":
-            done = failed_run(str(result.get("error", "failed")), run)
+        if result.status != Status.OK:
+            done = failed_run(result.error if result.error is not None else "failed", run)
         else:
-            done = judged(request.metrics, rows, result, run.log, run.seconds)
+            done = judged(request.metrics, rows, result.kernels_launched, run.log, run.seconds)
         out[(request.lab, request.key)] = dataclasses.replace(done, session=len(requests), early=early)
     return out
 

@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from ...host import toolchain
 from ...host.gpu import GpuInfo
@@ -173,7 +173,7 @@ def profile(
     failure = run.failure("the profiled process ended early")
     if failure:
         return failed_run(failure, run)
-    counted = judged(metrics, kernel_rows(run.log), run.result or {}, run.log, run.seconds)
+    counted = judged(metrics, kernel_rows(run.log), run.result.kernels_launched if run.result else None, run.log, run.seconds)
     if cache_file is not None:
         store(cache_file, counted, metrics)
     return counted
@@ -233,9 +233,9 @@ def failed_run(why: str, run: ToolRun) -> CounterRun:
     return CounterRun(error=why, log=cap_lines(f"{run.log}\n{run.console}".strip(), 30), seconds=run.seconds)
 
 
-def judged(metrics: tuple[str, ...], rows: list[KernelRow], result: Mapping[str, object], text: str,
+def judged(metrics: tuple[str, ...], rows: list[KernelRow], launched: Sequence[str] | None, text: str,
            seconds: float) -> CounterRun:
-    """What one completed case's profiled kernels ``rows`` (its worker reply ``result``) say."""
+    """What one completed case's profiled kernels ``rows`` say (``launched``: its worker reply's)."""
     values, kernels = summed(rows), [demangle(row.name) for row in rows]
     if not kernels:
         return CounterRun(error=NO_KERNEL, log=cap_lines(text, 30), seconds=seconds)
@@ -244,18 +244,18 @@ def judged(metrics: tuple[str, ...], rows: list[KernelRow], result: Mapping[str,
         return CounterRun(
             skipped=f"ncu did not report {', '.join(missing)} on this GPU", log=cap_lines(text, 30), seconds=seconds
         )
-    hidden = hidden_kernels(result.get("kernels_launched"), kernels)
+    hidden = hidden_kernels(launched, kernels)
     if hidden:
         return CounterRun(hidden=hidden, kernels=tuple(kernels), seconds=seconds)
     return CounterRun(values=values, kernels=tuple(kernels), log="", seconds=seconds)
 
 
-def hidden_kernels(launched: object, profiled: list[str]) -> str:
+def hidden_kernels(launched: Sequence[str] | None, profiled: list[str]) -> str:
     """Why the profile cannot be trusted ("" if it can): the launcher ran more distinct kernels,
     by the runtime's own record of its launches, than the profiler saw. The profiler ignores
     ``cudaProfilerStop()`` (``--disable-profiler-start-stop``), so this is a second net: the record
     is the worker's word, and can only add doubt, never take a kernel out of the profile."""
-    if not isinstance(launched, list):
+    if launched is None:
         return ""  # unknown (a launch without a name): nothing to hold the profile against
     seen = len(set(profiled))
     if seen >= len(launched):

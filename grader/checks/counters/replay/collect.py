@@ -33,7 +33,7 @@ from ....isolation.submission import Submission
 from ....isolation.toolrun import run_under_tool
 from ....labspec.spec import CounterCheck
 from ....worker.buffers import Slot, filled_inputs, layout
-from ....worker.protocol import marked_tasks, record_task
+from ....worker.protocol import Status, marked_tasks, record_task
 from ... import compare as oracle
 from ...correctness import launcher_spec, tool_task
 from ..ncu import CaseKey, CounterRun, Profiles
@@ -148,15 +148,15 @@ def recorded(sub: Submission, cases: list[_Case]) -> dict[str, CallRecord | str]
     limit = sub.time_left(max(case.check.time_limit_s for case in cases))
     run = run_under_tool([], marked_tasks(tasks, [1] * len(tasks)), dirs, limit, sub.isolation)
     failure = run.failure("the recording run ended early")
-    results = (run.result or {}).get("results")
+    results = run.result.results if run.result is not None else None
     out: dict[str, CallRecord | str] = {}
     for i, case in enumerate(cases):
-        result = results[i] if isinstance(results, list) and i < len(results) and isinstance(results[i], dict) else None
-        if result is None or result.get("status") != "ok":
-            out[case.check.id] = f"the recording run failed: {(result or {}).get('error') or failure or 'no reply'}"[:500]
+        result = results[i] if results is not None and i < len(results) else None
+        if result is None or result.status != Status.OK:
+            out[case.check.id] = f"the recording run failed: {(result.error if result is not None else None) or failure or 'no reply'}"[:500]
             continue
         try:
-            out[case.check.id] = parse(result.get("record"), [s.name for s in case.slots])
+            out[case.check.id] = parse(result.record, [s.name for s in case.slots])
         except MalformedRecord as exc:
             out[case.check.id] = f"a malformed record ({exc})"
     return out
