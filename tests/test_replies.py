@@ -126,6 +126,8 @@ def test_marked_cases_become_a_record_of_each_cases_reply():
 @pytest.mark.parametrize("raw", [
     {"status": "ok", "results": 5},
     {"status": "ok", "results": [{"status": "ok", "seconds": "fast"}]},
+    {"status": "ok", "results": [1]},
+    {"status": "ok", "results": [["status", "ok"]]},
     {"status": "ok"},
     {"status": "maybe"},
 ])

@@ -174,6 +174,8 @@ def _results(task: Task) -> Check:
 def problem(task: Task, reply: Mapping[str, Any]) -> str:
     """What is wrong with ``reply`` to ``task`` ("" if nothing): unknown status, a field of the
     wrong type or size, a name the task does not have."""
+    if not isinstance(reply, Mapping):
+        return f"not an object but {_short(reply)}"
     status = reply.get("status")
     if status not in WORKER_STATUSES:
         return f"unknown status {_short(status)}"
