@@ -6,8 +6,9 @@ The repository is assembled from each lab's reference (or stub). Cold: an empty 
 (nvcc for the submissions and baselines, the baselines' counters). Warm: the same repository
 again (its profiled cases kept from the first grade). Edited: one lab's file changed in its
 compiled code, as a student's next try is (that lab compiled and profiled again). Targets on an
-H100: cold <= 30 s, warm <= 5 s. Prints the wall time of each run, then per lab: score, stage
-seconds, timed medians and the counter and sanitizer figures.
+H100: cold <= 30 s, warm <= 5 s. Prints the wall time of each run, the cold and edited runs'
+progress lines with the second each came (where the time before and between the labs goes), then
+per lab: score, stage seconds, timed medians and the counter and sanitizer figures.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from grader.labspec.labs import find_lab, lab_ids  # noqa: E402
 from grader.outcome import Stage  # noqa: E402
 
 EDITED = "tiled_matmul"  # the lab whose file the edited run changes
+TIMELINE_LINES = 120  # progress lines printed of a run
 
 
 def solutions_repo(solution: str = "reference", prefix: str = "grade-repo-bench-") -> Path:
@@ -55,15 +57,19 @@ def main() -> int:
     options = GradeOptions(cache_dir=cache, counter_source=args.counters)
 
     runs = []
-    for i in range(args.regrades + 1):
+    timelines: dict[str, list[tuple[float, str]]] = {"cold": [], "edited": []}
+
+    def graded(label: str) -> None:
         t0 = time.monotonic()
-        reports = grade_repo(repo, options)
-        runs.append(("cold" if i == 0 else f"warm{i}", time.monotonic() - t0, reports))
+        lines = timelines.get(label, [])
+        reports = grade_repo(repo, options, progress=lambda message: lines.append((time.monotonic() - t0, message)))
+        runs.append((label, time.monotonic() - t0, reports))
+
+    for i in range(args.regrades + 1):
+        graded("cold" if i == 0 else f"warm{i}")
     edited = submission_path(repo, EDITED)
     edited.write_text(edited.read_text() + "\n__device__ int one_more_try;  // a new symbol: new compiled code\n")
-    t0 = time.monotonic()
-    reports = grade_repo(repo, options)
-    runs.append(("edited", time.monotonic() - t0, reports))
+    graded("edited")
     print(f"repository of {args.solution} solutions, {len(lab_ids())} labs, GPU {runs[0][2][0].environment.get('gpu')}")
     for label, wall, reports in runs:
         total = sum(r.score for r in reports)
@@ -73,6 +79,12 @@ def main() -> int:
     if warm:
         print(f"warm wall: median {statistics.median(warm):.2f} s, max {max(warm):.2f} s (target <= 5 s)")
     print(f"edited wall (one lab's code changed: {EDITED}): {runs[-1][1]:.2f} s")
+    for label, lines in timelines.items():
+        print(f"\n{label} run, progress by the second:")
+        for at, message in lines[:TIMELINE_LINES]:
+            print(f"  {at:7.2f}  {message}")
+        if len(lines) > TIMELINE_LINES:
+            print(f"  ... {len(lines) - TIMELINE_LINES} more lines")
     stages = [Stage.COMPILE.value, Stage.STATIC.value, Stage.CORRECTNESS.value, WAITING, Stage.SANITIZER.value,
               Stage.COUNTERS.value, Stage.SPEED.value]
     last = runs[-1][2]

@@ -353,6 +353,25 @@ def test_the_replayer_builds_with_the_real_nvcc_and_links_cupti_but_not_the_driv
     assert again == replayer  # cached
 
 
+def test_a_batch_builds_the_replayer_beside_its_submissions_and_only_where_it_will_replay(replayer, tmp_path, monkeypatch):
+    """On a cold cache every lab's counters waited for one 8 s nvcc build of the replayer: a batch's
+    prebuild now builds it with the submissions (real nvcc), and not for `--counters ncu` or
+    without a GPU."""
+    from grader.checks.families import counters as family
+    from grader.engine.repo import prebuild
+    from grader.host.gpu import GpuInfo, GpuProbe
+
+    h100 = GpuProbe(GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "580.65", 0, "GPU-1111aaaa"))
+    spec = find_lab("memory_types")
+    items = [(spec, spec.files.stub, "student.cu")]
+    assert family.CounterFamily().helpers(GradeOptions(cache_dir=tmp_path)) == []  # (no GPU here)
+    monkeypatch.setattr(family, "probe_for", lambda options: h100)
+    assert family.CounterFamily().helpers(GradeOptions(cache_dir=tmp_path, counter_source="ncu")) == []
+    assert family.CounterFamily().helpers(GradeOptions(cache_dir=tmp_path, counters=False)) == []
+    prebuild(items, GradeOptions(cache_dir=tmp_path, gpu=False, archs=("sm_90",)))
+    assert list((tmp_path / "helpers").glob("replay-*/replay")) == [tmp_path / "helpers" / replayer.parent.name / "replay"]
+
+
 def test_the_pass_planner_gives_the_probes_pass_counts_without_a_gpu(replayer):
     sets = [UNION, (L1REQ,), (L1REQ, L1SEC), ("dram__bytes_read.sum", "dram__bytes_write.sum"), ("gpu__time_duration.sum",),
             ("no_such_metric.sum",)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -91,7 +91,8 @@ def failed_report(spec: LabSpec, display: str, message: str, rest: str = "not gr
 
 
 def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs: int | None = None) -> None:
-    """Compile many submissions and their labs' baselines in parallel, into the build cache.
+    """Compile many submissions, their labs' baselines and the families' helper programs in
+    parallel, into the build cache.
 
     Only an optimisation for batches: grading then finds every build cached. Failures are left
     for grading to report.
@@ -106,8 +107,9 @@ def prebuild(items: list[tuple[LabSpec, Path, str]], options: GradeOptions, jobs
             for name in spec.baseline_names:
                 builds[(spec.id, spec.baseline_source(name), None)] = (spec, None)
     with ThreadPoolExecutor(max_workers=jobs or usable_cpus()) as pool:  # every core: a cold start compiles 15 sources
-        futures = [pool.submit(carried(lab_build), spec, path, archs, options.cache_dir, display, box)
-                   for (_, path, display), (spec, box) in builds.items()]
+        futures: list[Future[object]] = [pool.submit(carried(helper)) for family in FAMILIES for helper in family.helpers(options)]
+        futures += [pool.submit(carried(lab_build), spec, path, archs, options.cache_dir, display, box)
+                    for (_, path, display), (spec, box) in builds.items()]
         for future in futures:
             try:
                 future.result()

@@ -84,6 +84,12 @@ class CheckFamily(ABC):
         """Its tool runs shared by a repository's labs ``specs`` (one student's), if it batches them."""
         return None
 
+    def helpers(self, options: GradeOptions) -> list[Callable[[], object]]:
+        """The grader's own programs its runs will need, to build beside a batch's submissions (each
+        a call that builds one into its cache and never raises for a build that fails: the run
+        that needs it reports that)."""
+        return []
+
     def ahead(self, specs: list[LabSpec], options: GradeOptions, progress: Progress) -> None:
         """Once, before a repository's (or a batch's) labs ``specs`` start: trusted work they share."""
         return None  # (none by default)

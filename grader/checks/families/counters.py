@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ...host import gputurns, toolchain
 from ...isolation.launch import Isolation
-from ...isolation.options import GradeOptions, Progress, kernel_cache, probe_for, sandbox_for, work_folder
+from ...isolation.options import GradeOptions, Progress, archs_for, kernel_cache, probe_for, sandbox_for, work_folder
 from ...labspec.spec import LabSpec
 from ...outcome import GATE, CheckResult, Outcome, Stage, fmt_points
 from ..counters import launched, traffic
 from ..counters.baselines import profile_baselines
 from ..counters.batch import EarlySession, ProfileBatch, all_kept, counted
 from ..counters.ncu import Profiles
+from ..counters.replay import service
 from ..counters.replay.collect import replay_by
 from ..sass import static_checks
 from .base import CheckFamily, Planned, Shared, ToolStart
@@ -60,6 +61,13 @@ class CounterFamily(CheckFamily):
 
     def shared(self, specs: list[LabSpec], options: GradeOptions) -> Shared | None:
         return ProfileBatch([spec.id for spec in specs], early_profiler(specs, options))
+
+    def helpers(self, options: GradeOptions) -> list[Callable[[], object]]:
+        """The replayer (an nvcc build of 8 s on a cold cache, which every lab's counters would wait for)."""
+        gpu = probe_for(options).gpu
+        if not options.counters or options.counter_source != "replay" or gpu is None:
+            return []
+        return [functools.partial(service.built, archs_for(options, probe_for(options)), options.cache_dir)]
 
     def ahead(self, specs: list[LabSpec], options: GradeOptions, progress: Progress) -> None:
         """The baselines' cases of every lab profiled ahead, in few trusted sessions (``counters.baselines``)."""

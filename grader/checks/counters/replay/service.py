@@ -30,6 +30,7 @@ import filelock
 
 from ....cachedirs import default_cache_dir
 from ....context import carried
+from ....errors import GraderError
 from ....host import gputurns, toolchain
 from ....host.gpu import GpuInfo
 from ....host.gpulock import lock_folder, profiling_lock
@@ -103,6 +104,14 @@ def replayer_binary(archs: tuple[str, ...], cache_dir: Path | None = None) -> Pa
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return final / "replay"
+
+
+def built(archs: tuple[str, ...], cache_dir: Path | None = None) -> Path | None:
+    """``replayer_binary``, or None where it cannot be built here (the replay that needs it says why)."""
+    try:
+        return replayer_binary(archs, cache_dir)
+    except (ServiceError, GraderError, OSError, filelock.Timeout):
+        return None
 
 
 def planned_passes(binary: Path, metric_sets: list[tuple[str, ...]], chip: str) -> list[int | str]:
