@@ -2,7 +2,7 @@
 
 A run (a command of ``cuda-grader``, a class's GPU lane, a test) makes one context and enters it
 (:func:`entered`, or :func:`enter` for the rest of a process the grader started); everything
-below reads it through :func:`current`. It holds the four things that are the run's and no single
+below reads it through :func:`current`. It holds the five things that are the run's and no single
 grading's:
 
 - where the labs are looked for (:class:`LabsSearch`: ``--labs``, the repository graded,
@@ -12,7 +12,8 @@ grading's:
   (``grader.isolation.options.secret_of``);
 - the GPU's turns, where several students share it (a class lane's; ``grader.host.gputurns``);
 - how long each lab's timed output took to check, learned from earlier students of the run
-  (``grader.engine.repo.scoring_first``).
+  (``grader.engine.repo.scoring_first``);
+- the folders kept out of every sandbox, where a class is graded (``grader.isolation.sandbox.kept_out``).
 
 A context lives in a ``contextvars.ContextVar``, which a new thread does not inherit: a callable
 handed to another thread (``threading.Thread``, an executor's ``submit`` or ``map``) is wrapped in
@@ -97,6 +98,7 @@ class RunContext:
     secret: str = field(default_factory=new_secret)  # handed to the processes the run starts
     turns: GpuTurns | None = None  # None: the run's GPU work takes no turns (outside a class lane with seats)
     scoring_s: dict[str, float] = field(default_factory=dict, compare=False)  # lab -> seconds its timed output took to check
+    kept_out: tuple[str, ...] = ()  # folders kept out of every sandbox the run starts (a class's students; ``sandbox.kept_out``)
 
 
 _PROCESS = RunContext()  # current where none is entered: the grader used as a library

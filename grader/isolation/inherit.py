@@ -38,7 +38,6 @@ def adopt(state: Inherited, turns: GpuTurns | None = None) -> RunContext:
     """In the started process, before anything else: its run's context, for good (the labs and the
     secret of the parent, and ``turns``, the GPU's where it shares it), and the parent's folders
     kept out of its sandboxes."""
-    run = RunContext(labs=LabsSearch(pinned=state.labs), secret=state.secret, turns=turns)
+    run = RunContext(labs=LabsSearch(pinned=state.labs), secret=state.secret, turns=turns, kept_out=state.kept_out)
     enter(run)
-    sandbox.keep_out(state.kept_out)
     return run

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import functools
 import glob
 import os
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..cachedirs import default_cache_dir
+from ..context import current, entered
 from ..labspec.paths import PROJECT_ROOT, labs_dir_if_any
 
 #: Folders of the system that every step may read (symlinks such as /lib -> usr/lib are kept).
@@ -59,9 +61,6 @@ HOST_NEEDS = ("the host needs bubblewrap installed (Debian/Ubuntu: apt-get insta
 #: How ``Sandbox.describe`` ends where there is no sandbox (a class's gradebook reads it back).
 NONE_TAIL = "; the submission ran without a sandbox"
 
-#: Folders kept out of every sandbox beyond the course and the grader's own (a class's student
-#: folders), while :func:`kept_out` is in effect in this process.
-_KEPT_OUT: list[str] = []
 #: bubblewrap's flags that stop the sandbox from creating user namespaces of its own (0.8 and newer).
 NO_USERNS_ARGS = ("--unshare-user", "--disable-userns")
 
@@ -123,24 +122,17 @@ def _course_dirs() -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def kept_out(paths: Iterable[Path]) -> Iterator[None]:
-    """Keep ``paths`` (a class's student folders) out of every sandbox this process starts meanwhile
-    (its threads included; a process of its own, such as a GPU lane, must enter it too)."""
-    before = list(_KEPT_OUT)
-    _KEPT_OUT[:] = sorted({os.path.realpath(p) for p in paths} | set(before))
-    try:
+    """Keep ``paths`` (a class's student folders) out of every sandbox the run starts meanwhile
+    (the threads it hands its context included; a process of its own, such as a GPU lane, takes
+    them with the rest of its context: ``grader.isolation.inherit``)."""
+    run = current()
+    with entered(dataclasses.replace(run, kept_out=tuple(sorted({os.path.realpath(p) for p in paths} | set(run.kept_out))))):
         yield
-    finally:
-        _KEPT_OUT[:] = before
 
 
 def kept_out_now() -> tuple[str, ...]:
-    """What this process keeps out of its sandboxes now (for a process it starts: ``keep_out``)."""
-    return tuple(_KEPT_OUT)
-
-
-def keep_out(paths: Iterable[str]) -> None:
-    """Keep ``paths`` out of every sandbox for the rest of this process (a GPU lane, with its parent's)."""
-    _KEPT_OUT[:] = sorted(set(paths) | set(_KEPT_OUT))
+    """What the run keeps out of its sandboxes now, beyond the course and the grader's own folders."""
+    return current().kept_out
 
 
 #: Never covered, even when a course or a class lives right there: the system itself.
