@@ -505,7 +505,8 @@ def test_a_task_is_prepared_outside_the_profiling_lock_and_profiled_inside_it(tm
 
 def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_types_build, replayer, tmp_path):
     """The whole replay path, run where it cannot succeed: the recording worker finds no GPU, and
-    each case is left to the profiler with that reason; nothing is settled."""
+    each case, the student's and the baselines', is left to the profiler with that reason; nothing
+    is settled, and nothing is kept for the baselines."""
     import time
 
     from grader.checks.counters import launched
@@ -524,8 +525,13 @@ def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_ty
     profiles = launched.profiles_for(spec)
     notes: list[str] = []
     assert collect.replayed(sub, profiles, notes.append) == {}
-    assert len(notes) == len(profiles.metrics) == 2
-    assert all("reference.cu: counters of" in n and "instead of the replayer (the recording run failed" in n for n in notes), notes
+    mine = [n for n in notes if "baseline:" not in n]
+    baselines = [n for n in notes if "baseline:" in n]
+    assert len(mine) == len(profiles.metrics) == 2
+    assert all("reference.cu: counters of" in n and "instead of the replayer (the recording run failed" in n for n in mine), notes
+    assert [n.split(":")[0] for n in baselines] == ["[memory_types] the global baseline", "[memory_types] the reference baseline"]
+    assert all("by Nsight Compute instead of the replayer (the recording run failed" in n for n in baselines), notes
+    assert not (replayer.parent.parent.parent / "counters").exists() or not any((replayer.parent.parent.parent / "counters").iterdir())
     assert set(profiles.refused) == set(profiles.metrics)  # (each case's reason goes into its checks' report)
     assert all(r.startswith("the recording run failed") for r in profiles.refused.values()), profiles.refused
 
@@ -586,7 +592,8 @@ def test_a_replayed_case_is_kept_for_the_next_grade_of_the_same_code(tmp_path):
 
     def replay(sub, profiles):
         asked.append(len(profiles.metrics))
-        return {key: CounterRun({m: 1.0 for m in metrics}, ("matmul_tiled",), replayed=True) for key, metrics in profiles.metrics.items()}
+        return {("student", key): CounterRun({m: 1.0 for m in metrics}, ("matmul_tiled",), replayed=True)
+                for key, metrics in profiles.metrics.items() if ("student", key) not in profiles.runs}
 
     profiles = Profiles(spec.counters)
     batch.counted(sub, None, lambda: True, profiles, replay=replay)
@@ -595,7 +602,8 @@ def test_a_replayed_case_is_kept_for_the_next_grade_of_the_same_code(tmp_path):
     again = Profiles(spec.counters)
     for key in again.metrics:  # (the baselines' runs are not the student's: settled here as kept elsewhere)
         again.settle(f"baseline {spec.counters[0].baseline}", key, CounterRun({m: 2.0 for m in again.metrics[key]}, ("matmul_naive",)))
-    batch.counted(sub, None, lambda: True, again, replay=lambda sub, profiles: pytest.fail("replayed again"))
+    batch.counted(sub, None, lambda: True, again, replay=replay)
+    assert asked == [len(profiles.metrics)] * 2  # (asked again, it found nothing of the student's to replay)
     kept = [again.runs[("student", key)] for key in again.metrics]
     assert kept and all(run.cached and run.replayed for run in kept)
     # with --counters ncu the replayer's kept runs are not taken: Nsight Compute counts the case again
@@ -672,3 +680,65 @@ def test_each_cases_recording_is_read_from_its_typed_reply(tmp_path, monkeypatch
     assert isinstance(first, str) and first.startswith("a malformed record")
     assert second == "the recording run failed: an illegal memory access"
     assert third == "the recording run failed: no reply"
+
+
+def test_a_baselines_case_is_replayed_once_kept_apart_and_never_taken_by_the_profiler_path(memory_types_build, replayer, tmp_path):
+    """The replayer measures the baselines' cases too, so that a cold grade needs no profiler
+    session for them: a case Nsight Compute's run of is kept is left to it; one the replayer kept
+    is taken as kept (still "replayed"); the rest are replayed (here, with no GPU, each is left to
+    the profiler with the reason). `--counters ncu` never takes a run the replayer kept."""
+    import dataclasses
+    import time
+
+    from grader.checks.counters import batch, launched
+    from grader.checks.counters import ncu as counters
+    from grader.checks.counters.ncu import CounterRun
+    from grader.checks.counters.replay import collect
+    from grader.host import gpu
+    from grader.isolation.build import baseline_library
+    from grader.isolation.launch import Isolation
+    from grader.isolation.submission import Submission
+    from grader.labspec.labs import load_problem
+
+    if gpu.probe().gpu is not None:
+        pytest.skip("this machine has a GPU (the GPU tests replay for real)")
+    spec = find_lab("tiled_matmul")
+    cache = replayer.parent.parent.parent
+    built = lab_build(spec, spec.files.reference, ("sm_90",), cache)
+    assert built.ok and built.library is not None, built.message
+    h100 = gpu.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "580.65", 0, "GPU-1111aaaa")
+    sub = Submission(spec, "reference.cu", built.library, (), ("sm_90",), load_problem(spec), Isolation(Sandbox(None, reason="off")),
+                     cache, tmp_path / "work", time.monotonic() + 300, 300.0, "secret", h100)
+
+    def fresh():
+        profiles = launched.profiles_for(spec)
+        for key, metrics in profiles.metrics.items():  # (the student's runs settled: only the baselines' are asked for)
+            profiles.settle("student", key, CounterRun({m: 1.0 for m in metrics}, ("matmul_tiled",)))
+        return profiles
+
+    profiles = fresh()
+    by_id = {c.id: c for c in profiles.checks}
+    naive_small, naive_big, reference_big = by_id["global_load_reduction"], by_id["dram_traffic_naive"], by_id["dram_traffic_reference"]
+    reference = baseline_library(spec, "reference", ("sm_90",), cache)
+    naive = baseline_library(spec, "naive", ("sm_90",), cache)
+    key_of = profiles.case
+    profiled = CounterRun({m: 3.0 for m in profiles.metrics[key_of(reference_big)]}, ("matmul_tiled",))
+    counters.store(counters.cache_path(counters.baseline_key(h100, profiles.metrics[key_of(reference_big)], reference_big, spec), cache,
+                                       reference), profiled, profiles.metrics[key_of(reference_big)])
+    base = dataclasses.replace(sub, library=naive)
+    case = collect._Case(key_of(naive_small), naive_small, profiles.metrics[key_of(naive_small)], ())
+    kept = CounterRun({m: 5.0 for m in case.metrics}, ("matmul_naive",), replayed=True)
+    counters.store(collect.kept_baseline_file(base, case), kept, case.metrics)
+
+    notes: list[str] = []
+    runs = collect.replayed(sub, profiles, notes.append)
+    assert set(runs) == {("baseline naive", key_of(naive_small))}
+    assert runs[("baseline naive", key_of(naive_small))].replayed and runs[("baseline naive", key_of(naive_small))].cached
+    assert len(notes) == 1 and notes[0].startswith("[tiled_matmul] the naive baseline: its case of dram_traffic_naive by Nsight Compute")
+    assert key_of(naive_big) != key_of(naive_small)
+
+    ncu_path = fresh()  # `--counters ncu`: the replayer's kept run is not taken; Nsight Compute (none here) is asked
+    batch.counted(sub, None, lambda: True, ncu_path, replay=None)
+    assert not ncu_path.runs[("baseline naive", key_of(naive_small))].replayed
+    assert "not installed" in ncu_path.runs[("baseline naive", key_of(naive_small))].skipped
+    assert ncu_path.runs[("baseline reference", key_of(reference_big))].values == profiled.values  # (the profiler's own kept run)

@@ -146,7 +146,7 @@ def settled(requests: list[Request], marks: list[int], run: ToolRun, early: bool
 
 
 #: Measures what it can of the student's cases in a lab's profiles instead of the profiler (``grader/checks/counters/replay/collect.py``).
-Replay = Callable[[Submission, counters.Profiles], dict[CaseKey, CounterRun]]
+Replay = Callable[[Submission, counters.Profiles], dict[tuple[str, CaseKey], CounterRun]]
 
 #: The most a job sent to an early session may hold: one write to its pipe, which never blocks.
 JOB_PIPE_BYTES = 60_000
@@ -287,16 +287,15 @@ def counted(sub: Submission, batch: ProfileBatch | None, correct: Callable[[], b
     checks are gated: none is returned). ``profiles`` (default: the counter checks' cases) may
     hold more cases, profiled alike and left in it (``launched.record``). A case kept from an
     earlier grade of the same code (``kept_file``) is not profiled again, unless not ``reuse``;
-    with ``replay`` (``--counters replay``), the cases it measures are not profiled either."""
+    with ``replay`` (``--counters replay``), the cases it measures (the student's, and the
+    baselines' not kept yet) are not profiled either."""
     profiles = profiles or counters.Profiles(sub.spec.counters)
     kept = {key: path for key in profiles.metrics if (path := kept_file(sub, profiles, key)) is not None}
     for key, path in kept.items() if reuse else ():
         if (run := counters.cached(path)) is not None and (replay is not None or not run.replayed):  # (ncu asked: its own runs)
             profiles.settle("student", key, run)
-    unsettled = any(("student", key) not in profiles.runs for key in profiles.metrics)
-    replayed = replay(sub, profiles) if replay is not None and unsettled else {}
-    for key, run in replayed.items():
-        profiles.settle("student", key, run)
+    for (whose, key), run in (replay(sub, profiles) if replay is not None else {}).items():
+        profiles.settle(whose, key, run)
     if batch is not None:
         batch.send_made(sub.spec.id, lambda: requests_of(sub, profiles, batch.staged(sub.spec.id)))
         for key, run in batch.runs(sub.spec.id).items():

@@ -70,8 +70,10 @@ class CounterFamily(CheckFamily):
         return [functools.partial(service.built, archs_for(options, probe_for(options)), options.cache_dir)]
 
     def ahead(self, specs: list[LabSpec], options: GradeOptions, progress: Progress) -> None:
-        """The baselines' cases of every lab profiled ahead, in few trusted sessions (``counters.baselines``)."""
-        profile_baselines(specs, options, progress)
+        """With Nsight Compute, the baselines' cases of every lab profiled ahead, in few trusted
+        sessions (``counters.baselines``); the replayer measures them with each lab's own cases."""
+        if options.counter_source != "replay":
+            profile_baselines(specs, options, progress)
 
     def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
         if shared is not None and not profiled(spec, options):

@@ -12,10 +12,18 @@ the profiler path's, and a case's figures are the same counts either way.
 The record is the student's claim (their library runs in the worker that writes it). What a
 replay establishes is that these kernels of the student's own device code, launched as recorded,
 compute the case's answer with these counts.
+
+The baselines' cases of the lab (the naive kernel a counter check compares with, the kernels
+whose DRAM traffic the roofline shows) are replayed alike, recorded by a trusted worker, where
+no run of them is kept yet: Nsight Compute's kept runs first, then the replayer's, kept apart
+(``--counters ncu`` never takes a replayed run), so that a cold grade needs no profiler session
+for them. A baseline case the replayer cannot measure is profiled as before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import itertools
 import shutil
@@ -27,6 +35,7 @@ import numpy as np
 
 from ....errors import GraderError
 from ....host.safeio import read_file
+from ....isolation.build import baseline_library
 from ....isolation.compilerlog import demangle
 from ....isolation.options import GradeOptions
 from ....isolation.submission import Submission
@@ -36,7 +45,7 @@ from ....worker.buffers import Slot, filled_inputs, layout
 from ....worker.protocol import Status, marked_tasks, record_task
 from ... import compare as oracle
 from ...correctness import launcher_spec, tool_task
-from ..ncu import CaseKey, CounterRun, Profiles
+from ..ncu import CaseKey, CounterRun, Profiles, baseline_key, cache_path, cached, store
 from . import cubin, service
 from .plan import ArraySlot, ReplayPlan, Unreplayable, plan_call
 from .record import CallRecord, MalformedRecord, parse
@@ -55,7 +64,7 @@ class _Case:
     slots: tuple[Slot, ...]
 
 
-def replay_by(options: GradeOptions, note: Note) -> Callable[[Submission, Profiles], dict[CaseKey, CounterRun]] | None:
+def replay_by(options: GradeOptions, note: Note) -> Callable[[Submission, Profiles], dict[tuple[str, CaseKey], CounterRun]] | None:
     """What measures a lab's cases before the profiler under ``options`` (None: the profiler alone)."""
     return functools.partial(replayed, note=note) if options.counter_source == "replay" else None
 
@@ -67,19 +76,20 @@ def array_slots(slots: tuple[Slot, ...]) -> tuple[ArraySlot, ...]:
                  for s in slots)
 
 
-def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[CaseKey, CounterRun]:
-    """The student's cases in ``profiles`` not settled yet, measured by the replayer: a run for
-    each case it measured; ``note`` is told why each other case goes to the profiler."""
+def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str, CaseKey], CounterRun]:
+    """The cases in ``profiles`` not settled yet, measured by the replayer: a run for each case it
+    measured, by whose it is (``student``, ``baseline NAME``) and case; ``note`` is told why each
+    other student's case goes to the profiler. A baseline's run is kept for later grades."""
     cases = []
     for key, metrics in profiles.metrics.items():
         if ("student", key) not in profiles.runs:
             check = next(c for c in profiles.checks if c.id == profiles.first[key])
-            items = layout(launcher_spec(sub.spec), dict(check.params), 0)
-            cases.append(_Case(key, check, metrics, tuple(s for s in items if isinstance(s, Slot))))
-    if not cases:
-        return {}
+            cases.append(_Case(key, check, metrics, _slots(sub, check)))
+    runs: dict[tuple[str, CaseKey], CounterRun] = {}
+    baselines = _baseline_cases(sub, profiles, runs)
+    if not cases and not baselines:
+        return runs
     why: dict[str, str] = {}
-    runs: dict[CaseKey, CounterRun] = {}
     try:
         replayer = service.replayer_for(sub.gpu, sub.archs, sub.isolation.sandbox, sub.cache_dir)
         folder = replayer.task_folder()
@@ -87,9 +97,13 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[CaseKey, C
         why = {case.check.id: str(exc) for case in cases}
     else:
         try:
-            runs = _replay(sub, cases, replayer, folder, why)
+            if cases:
+                runs.update({("student", key): run for key, run in _replay(sub, cases, replayer, folder / "student", why).items()})
         except (service.ServiceError, GraderError, OSError, ValueError) as exc:  # (the grader's side failed: say so)
             why.update({case.check.id: f"{type(exc).__name__}: {exc}" for case in cases})
+        try:
+            for name, (base, base_cases) in baselines.items():
+                runs.update(_replayed_baseline(base, base_cases, replayer, folder / name, profiles, note))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     for case in cases:
@@ -99,9 +113,65 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[CaseKey, C
     return runs
 
 
+def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path, profiles: Profiles,
+                       note: Note) -> dict[tuple[str, CaseKey], CounterRun]:
+    """A baseline's cases replayed and kept; ``note`` is told why the others are profiled."""
+    why: dict[str, str] = {}
+    try:
+        got = _replay(base, cases, replayer, folder, why, trusted=True)
+    except (service.ServiceError, GraderError, OSError, ValueError) as exc:
+        got, why = {}, {case.check.id: f"{type(exc).__name__}: {exc}" for case in cases}
+    for case in cases:
+        if case.key in got:
+            with contextlib.suppress(OSError):  # (kept only to spare the next grade the replay)
+                store(kept_baseline_file(base, case), got[case.key], profiles.metrics[case.key])
+        else:
+            note(f"[{base.spec.id}] {base.name}: its case of {case.check.id} by Nsight Compute instead of the replayer "
+                 f"({why.get(case.check.id, 'not replayed')})")
+    return {(f"baseline {case.check.baseline}", case.key): got[case.key] for case in cases if case.key in got}
+
+
+def _slots(sub: Submission, check: CounterCheck) -> tuple[Slot, ...]:
+    return tuple(s for s in layout(launcher_spec(sub.spec), dict(check.params), 0) if isinstance(s, Slot))
+
+
+def _baseline_cases(sub: Submission, profiles: Profiles, runs: dict[tuple[str, CaseKey], CounterRun]
+                    ) -> dict[str, tuple[Submission, list[_Case]]]:
+    """The baselines' cases to replay (by baseline: the baseline as a trusted submission, and its
+    cases); those kept from an earlier grade go into ``runs``. A case Nsight Compute's run of is
+    kept, or whose baseline does not build here, is left to ``ncu.baseline_run``."""
+    out: dict[str, tuple[Submission, list[_Case]]] = {}
+    for check in profiles.checks:
+        key, whose = profiles.case(check), f"baseline {check.baseline}"
+        if not check.baseline or (whose, key) in profiles.runs or (whose, key) in runs or \
+                any(c.key == key for c in out.get(check.baseline, (sub, []))[1]):
+            continue
+        try:
+            library = baseline_library(sub.spec, check.baseline, sub.archs, sub.cache_dir)
+        except Exception:  # (not here, or not compiling: the lab's baseline run reports it)
+            continue
+        base = dataclasses.replace(sub, name=f"the {check.baseline} baseline", library=library,
+                                   isolation=sub.isolation.for_baselines())
+        metrics = profiles.metrics[key]
+        if cached(cache_path(baseline_key(sub.gpu, metrics, check, sub.spec), sub.cache_dir, library)) is not None:
+            continue  # (Nsight Compute's: its baseline run reads it)
+        case = _Case(key, check, metrics, _slots(sub, check))
+        if (kept := cached(kept_baseline_file(base, case))) is not None:
+            runs[(whose, key)] = kept
+            continue
+        out.setdefault(check.baseline, (base, []))[1].append(case)
+    return out
+
+
+def kept_baseline_file(base: Submission, case: _Case) -> Path:
+    """Where a baseline's replayed case is kept: apart from Nsight Compute's runs of it."""
+    return cache_path("replayed|" + baseline_key(base.gpu, case.metrics, case.check, base.spec), base.cache_dir, base.library)
+
+
 def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
-            why: dict[str, str]) -> dict[CaseKey, CounterRun]:
-    records = recorded(sub, cases)
+            why: dict[str, str], trusted: bool = False) -> dict[CaseKey, CounterRun]:
+    folder.mkdir()
+    records = recorded(sub, cases, trusted)
     try:
         modules = cubin.extract(sub.library, folder / "cubins", sub.gpu.arch)
     except cubin.CubinError as exc:
@@ -141,9 +211,11 @@ def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, fol
     return runs
 
 
-def recorded(sub: Submission, cases: list[_Case]) -> dict[str, CallRecord | str]:
-    """Each case's call recorded by one sandboxed worker (check id -> record, or why there is none)."""
-    dirs = sub.tool_dirs(f"replay-record{next(_RECORDINGS)}")
+def recorded(sub: Submission, cases: list[_Case], trusted: bool = False) -> dict[str, CallRecord | str]:
+    """Each case's call recorded by one worker (check id -> record, or why there is none): sandboxed,
+    in the folders of the student's runs; or ``trusted`` (a baseline), in the trusted runs' own."""
+    name = f"replay-record{next(_RECORDINGS)}"
+    dirs = sub.trusted_dirs().sub(name) if trusted else sub.tool_dirs(name)
     tasks = [record_task(tool_task(sub, case.check, dirs.sub(f"case{i}"))) for i, case in enumerate(cases)]
     limit = sub.time_left(max(case.check.time_limit_s for case in cases))
     run = run_under_tool([], marked_tasks(tasks, [1] * len(tasks)), dirs, limit, sub.isolation)
