@@ -27,12 +27,14 @@ import dataclasses
 import functools
 import itertools
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from ....context import carried
 from ....errors import GraderError
 from ....host.safeio import read_file
 from ....isolation.build import baseline_library
@@ -96,14 +98,16 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str,
     except (service.ServiceError, GraderError, OSError) as exc:
         why = {case.check.id: str(exc) for case in cases}
     else:
+        # each in a thread of its own (records, device code, inputs and the oracle's answers made side
+        # by side on the CPU: a timed case's are large), the replays in turn (the replayer's lock)
         try:
-            if cases:
-                runs.update({("student", key): run for key, run in _replay(sub, cases, replayer, folder / "student", why).items()})
-        except (service.ServiceError, GraderError, OSError, ValueError) as exc:  # (the grader's side failed: say so)
-            why.update({case.check.id: f"{type(exc).__name__}: {exc}" for case in cases})
-        try:
-            for name, (base, base_cases) in baselines.items():
-                runs.update(_replayed_baseline(base, base_cases, replayer, folder / name, profiles, note))
+            with ThreadPoolExecutor(max_workers=1 + len(baselines), thread_name_prefix="replay") as pool:
+                mine = pool.submit(carried(_replayed_student), sub, cases, replayer, folder / "student", why) if cases else None
+                theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / name, profiles, note)
+                          for name, (base, base_cases) in baselines.items()]
+                runs.update(mine.result() if mine is not None else {})
+                for future in theirs:
+                    runs.update(future.result())
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     for case in cases:
@@ -111,6 +115,16 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str,
             profiles.refused[case.key] = why[case.check.id][:500]
             note(f"[{sub.spec.id}] {sub.name}: counters of {case.check.id} by Nsight Compute instead of the replayer ({why[case.check.id]})")
     return runs
+
+
+def _replayed_student(sub: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
+                      why: dict[str, str]) -> dict[tuple[str, CaseKey], CounterRun]:
+    """The student's cases replayed; ``why`` is told why the others are not."""
+    try:
+        return {("student", key): run for key, run in _replay(sub, cases, replayer, folder, why).items()}
+    except (service.ServiceError, GraderError, OSError, ValueError) as exc:  # (the grader's side failed: say so)
+        why.update({case.check.id: f"{type(exc).__name__}: {exc}" for case in cases})
+        return {}
 
 
 def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path, profiles: Profiles,
