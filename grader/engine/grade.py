@@ -1,8 +1,9 @@
 """Grading one submission for one lab: the flow. Each check family lives with its tool and is
-known here through its protocol (``checks.families``): the engine starts, leaves and gates their
-runs without naming them, but for the two checks that read another family's results (the
-compiled-code checks judged again on the kernels the counters saw run; the speed checks failed
-on a sanitizer's stray write). Every family sees the submission through one frozen
+known here only through its protocol (``checks.families``): the engine starts, leaves and gates
+their runs, and lets a family's results bear on the others' checks (the compiled-code checks
+judged again on the kernels the counters saw run, a NaN explained by memcheck, the timing
+stopped by a stray store, the DRAM traffic joined to the timings) through the protocol's hooks,
+without naming a family. Every family sees the submission through one frozen
 :class:`Submission`.
 
 ``grade()`` is the engine's per-submission entry point: it never raises for problems in the
