@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from worker_replies import LAUNCHER
 
 from grader.isolation import replies
 from grader.isolation.replies import Invalid, Reply
 from grader.worker.protocol import (
-    LauncherSpec,
     SharedBuffer,
     Status,
     Task,
@@ -29,10 +29,6 @@ from grader.worker.protocol import (
     tool_case_task,
 )
 
-LAUNCHER = LauncherSpec(name="matmul", args=[
-    {"name": n, "role": r, "dtype": "float32", "shape": ["width", "width"], "init": "nan", "ctype": "", "value": "", "host": False}
-    for n, r in (("M", "input"), ("N", "input"), ("P", "output"))
-] + [{"name": "width", "role": "scalar", "dtype": "", "shape": [], "init": "", "ctype": "int", "value": "width", "host": False}])
 BUFFERS = [{"name": n, "size": 2 << 20, "host": n == "M"} for n in "MNP"]
 CASE = case_task("/lib.so", LAUNCHER, {"width": 16}, "s1", [SharedBuffer(name=n, size=2 << 20, host=False) for n in "MNP"], 4)
 TOOL_CASE = tool_case_task("/lib.so", LAUNCHER, {"width": 16}, {})

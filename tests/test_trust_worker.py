@@ -18,7 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from worker_replies import ok
+from worker_replies import LAUNCHER, ok
 
 from grader.checks.correctness import failure_from_task
 from grader.checks.counters import launched
@@ -31,7 +31,6 @@ from grader.isolation.sandbox import Sandbox
 from grader.labspec.labs import find_lab
 from grader.outcome import Outcome, Stage
 from grader.worker.protocol import (
-    LauncherSpec,
     SharedBuffer,
     Status,
     Task,
@@ -42,11 +41,6 @@ from grader.worker.protocol import (
     timing_sample,
     tool_case_task,
 )
-
-LAUNCHER = LauncherSpec(name="matmul", args=[
-    {"name": n, "role": r, "dtype": "float32", "shape": ["width", "width"], "init": "nan", "ctype": "", "value": "", "host": False}
-    for n, r in (("M", "input"), ("N", "input"), ("P", "output"))
-] + [{"name": "width", "role": "scalar", "dtype": "", "shape": [], "init": "", "ctype": "int", "value": "width", "host": False}])
 
 
 def _case(memcpy_only: bool = False) -> Task:

@@ -9,7 +9,13 @@ from typing import Any
 from grader.isolation import replies
 from grader.isolation.replies import Reply
 from grader.isolation.runner import TaskResult
-from grader.worker.protocol import Task
+from grader.worker.protocol import LauncherSpec, Task
+
+#: A matmul launcher (M and N in, P out, width), as the stand-ins' tasks name it.
+LAUNCHER = LauncherSpec(name="matmul", args=[
+    {"name": n, "role": r, "dtype": "float32", "shape": ["width", "width"], "init": "nan", "ctype": "", "value": "", "host": False}
+    for n, r in (("M", "input"), ("N", "input"), ("P", "output"))
+] + [{"name": "width", "role": "scalar", "dtype": "", "shape": [], "init": "", "ctype": "int", "value": "width", "host": False}])
 
 
 def ok(task: Task, fields: dict[str, Any], **kw: Any) -> TaskResult:
