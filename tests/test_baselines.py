@@ -127,3 +127,24 @@ def test_two_gradings_starting_together_on_one_gpu_profile_the_baselines_once(fa
         seat.join(30)
     assert sorted(counts) == [0, 4] and len(sessions) == 2
     assert (tmp_path / "home-cache" / "cuda-lab-grader" / "locks").is_dir()
+
+
+def test_the_profiler_session_ahead_runs_only_where_the_replayer_will_not_count_the_baselines(monkeypatch, tmp_path):
+    """With the replayer (the default) each lab replays its baselines' cases with its own: no
+    Nsight Compute session ahead; with `--counters ncu`, or where the replayer cannot be built,
+    the session ahead runs as before."""
+    from grader.checks.families import counters as family
+
+    calls: list[str] = []
+    built: dict[str, Path | None] = {"replayer": tmp_path / "replay"}
+    monkeypatch.setattr(family, "probe_for", lambda options: GpuProbe(H100))
+    monkeypatch.setattr(family.service, "built", lambda archs, cache_dir: built["replayer"])
+    monkeypatch.setattr(family, "profile_baselines", lambda specs, options, progress: calls.append(options.counter_source))
+    specs = [find_lab("corner_turning")]
+    family.CounterFamily().ahead(specs, GradeOptions(cache_dir=tmp_path), print)
+    assert calls == []
+    family.CounterFamily().ahead(specs, GradeOptions(cache_dir=tmp_path, counter_source="ncu"), print)
+    assert calls == ["ncu"]
+    built["replayer"] = None
+    family.CounterFamily().ahead(specs, GradeOptions(cache_dir=tmp_path), print)
+    assert calls == ["ncu", "replay"]

@@ -71,8 +71,10 @@ class CounterFamily(CheckFamily):
 
     def ahead(self, specs: list[LabSpec], options: GradeOptions, progress: Progress) -> None:
         """With Nsight Compute, the baselines' cases of every lab profiled ahead, in few trusted
-        sessions (``counters.baselines``); the replayer measures them with each lab's own cases."""
-        if options.counter_source != "replay":
+        sessions (``counters.baselines``); the replayer measures them with each lab's own cases,
+        where it is built (else they are profiled ahead as with Nsight Compute)."""
+        gpu = probe_for(options).gpu
+        if options.counter_source != "replay" or gpu is None or service.built(archs_for(options, probe_for(options)), options.cache_dir) is None:
             profile_baselines(specs, options, progress)
 
     def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
