@@ -1,7 +1,8 @@
 """Regrade stability: every known solution of every lab graded N times, a fresh secret each time.
 
-    python benchmarks/regrade_stability.py [--regrades 10] [--lab LAB ...] [--no-ncu] [--sanitizers-every-time]
-                                           [--counters-every-time] [--runs-dir DIR] [--report-only]
+    python benchmarks/regrade_stability.py [--regrades 10 | --until 10 [--stop-after-s S]] [--lab LAB ...] [--no-ncu]
+                                           [--sanitizers-every-time] [--counters-every-time] [--runs-dir DIR]
+                                           [--report-only]
 
 Prints, per lab: how many check verdicts flipped between regrades (and which), and the spread of
 each speed ratio (min, median, max over the regrades), and how many solutions missed their
@@ -20,7 +21,9 @@ Each regrade's reports are kept as JSON under --runs-dir (default: a fresh tempo
 the figures are taken over every regrade found there: a long lab can be regraded in several
 sittings into one folder (sanitizers then run only if the folder has no regrade of that lab yet),
 and --report-only prints the figures of a folder without grading (with the Nsight Compute time
-where there is a GPU).
+where there is a GPU). --until N regrades the labs in turn, one regrade each per round, until each
+has N in the folder; with --stop-after-s it starts no regrade that its lab's last one says would
+end past that many seconds, so a sitting of limited time ends with whole regrades of every lab.
 """
 
 from __future__ import annotations
@@ -73,6 +76,32 @@ def regrade(spec: LabSpec, times: int, folder: Path, sanitizers_every_time: bool
                   for r in results if not r.ok]
         print(f"  [{spec.id}] regrade {done + i + 1} ({i + 1}/{times} now): {time.monotonic() - started:.0f} s, "
               f"{len(missed)} solution(s) off their expected verdicts {missed if missed else ''}", file=sys.stderr, flush=True)
+
+
+def regrade_in_turn(specs: list[LabSpec], until: int, folder: Path, stop_after_s: float | None = None,
+                    sanitizers_every_time: bool = False, counters_every_time: bool = False) -> None:
+    """Regrade each lab of ``specs`` in turn, one regrade per round, until each has ``until``
+    regrades in ``folder``; none is started that its lab's last regrade says would end past
+    ``stop_after_s`` seconds from now."""
+    started = time.monotonic()
+    took: dict[str, float] = {}
+    while True:
+        due = [spec for spec in specs if len(regrade_files(folder, spec.id)) < until]
+        if not due:
+            return
+        ran = False
+        for spec in due:
+            elapsed = time.monotonic() - started
+            if stop_after_s is not None and elapsed + took.get(spec.id, 0.0) > stop_after_s:
+                print(f"  [{spec.id}] not regraded again: its last regrade took {took[spec.id]:.0f} s, "
+                      f"{stop_after_s - elapsed:.0f} s are left", file=sys.stderr, flush=True)
+                continue
+            t0 = time.monotonic()
+            regrade(spec, 1, folder, sanitizers_every_time, counters_every_time)
+            took[spec.id] = time.monotonic() - t0
+            ran = True
+        if not ran:
+            return
 
 
 def regrade_files(folder: Path, lab_id: str) -> list[Path]:
@@ -158,6 +187,8 @@ def ncu_time_ms(spec: LabSpec, work: Path) -> float | None:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--regrades", type=int, default=10)
+    p.add_argument("--until", type=int, metavar="N", help="regrade the labs in turn until each has N regrades in --runs-dir")
+    p.add_argument("--stop-after-s", type=float, metavar="S", help="with --until: start no regrade that would end after S seconds")
     p.add_argument("--lab", action="append", dest="labs", metavar="LAB")
     p.add_argument("--no-ncu", action="store_true")
     p.add_argument("--sanitizers-every-time", action="store_true")
@@ -167,6 +198,8 @@ def main() -> int:
     args = p.parse_args()
     if args.report_only and args.runs_dir is None:
         p.error("--report-only needs --runs-dir")
+    if args.stop_after_s is not None and args.until is None:
+        p.error("--stop-after-s needs --until")
     folder = args.runs_dir or Path(tempfile.mkdtemp(prefix="regrades-"))
     folder.mkdir(parents=True, exist_ok=True)
     probe = probe_for(GradeOptions())
@@ -175,9 +208,12 @@ def main() -> int:
         print("needs a GPU: " + probe.reason, file=sys.stderr)
         return 2
     total_flips = 0
+    if args.until is not None and not args.report_only:
+        regrade_in_turn([find_lab(lab_id) for lab_id in args.labs or lab_ids()], args.until, folder, args.stop_after_s,
+                        args.sanitizers_every_time, args.counters_every_time)
     for lab_id in args.labs or lab_ids():
         spec = find_lab(lab_id)
-        if not args.report_only:
+        if not args.report_only and args.until is None:
             regrade(spec, args.regrades, folder, args.sanitizers_every_time, args.counters_every_time)
         runs = saved(folder, lab_id)
         if not runs:

@@ -70,3 +70,28 @@ def test_regrades_are_read_back_in_order_from_their_folder(bench: ModuleType, tm
     (tmp_path / "histogram-001.json").write_text(json.dumps({"labs": []}))
     runs = bench.saved(tmp_path, "boundary_checks")
     assert [r[0]["checks"][0]["outcome"] for r in runs] == ["pass", "fail"]
+
+
+def test_regrades_in_turn_stop_short_of_the_sittings_end_with_whole_regrades(bench: ModuleType, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--until N --stop-after-s S`: each lab regraded in turn until it has N in the folder, and no
+    regrade started that its lab's last one says would end after S seconds."""
+    from types import SimpleNamespace
+
+    now = [0.0]
+    takes = {"boundary_checks": 30.0, "histogram": 100.0}
+
+    def regrade(spec, times, folder, *flags):
+        assert times == 1
+        now[0] += takes[spec.id]
+        n = len(bench.regrade_files(folder, spec.id)) + 1
+        (folder / f"{spec.id}-{n:03d}.json").write_text(json.dumps({"labs": []}))
+
+    monkeypatch.setattr(bench, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(bench, "regrade", regrade)
+    specs = [find_lab("boundary_checks"), find_lab("histogram")]
+    bench.regrade_in_turn(specs, 3, tmp_path, stop_after_s=250)
+    assert [len(bench.regrade_files(tmp_path, s.id)) for s in specs] == [3, 1]  # (histogram's second would end at 260 s)
+    assert now[0] == 190
+    bench.regrade_in_turn(specs, 3, tmp_path)  # a later sitting with no limit completes the folder
+    assert [len(bench.regrade_files(tmp_path, s.id)) for s in specs] == [3, 3]
