@@ -103,7 +103,7 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str,
         try:
             with ThreadPoolExecutor(max_workers=1 + len(baselines), thread_name_prefix="replay") as pool:
                 mine = pool.submit(carried(_replayed_student), sub, cases, replayer, folder / "student", why) if cases else None
-                theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / name, profiles, note)
+                theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / f"baseline-{name}", profiles, note)
                           for name, (base, base_cases) in baselines.items()]
                 runs.update(mine.result() if mine is not None else {})
                 for future in theirs:
