@@ -64,17 +64,17 @@ class CounterFamily(CheckFamily):
 
     def helpers(self, options: GradeOptions) -> list[Callable[[], object]]:
         """The replayer (an nvcc build of 8 s on a cold cache, which every lab's counters would wait for)."""
-        gpu = probe_for(options).gpu
-        if not options.counters or options.counter_source != "replay" or gpu is None:
+        probe = probe_for(options)
+        if not options.counters or options.counter_source != "replay" or probe.gpu is None:
             return []
-        return [functools.partial(service.built, archs_for(options, probe_for(options)), options.cache_dir)]
+        return [functools.partial(service.built, archs_for(options, probe), options.cache_dir)]
 
     def ahead(self, specs: list[LabSpec], options: GradeOptions, progress: Progress) -> None:
         """With Nsight Compute, the baselines' cases of every lab profiled ahead, in few trusted
         sessions (``counters.baselines``); the replayer measures them with each lab's own cases,
         where it is built (else they are profiled ahead as with Nsight Compute)."""
-        gpu = probe_for(options).gpu
-        if options.counter_source != "replay" or gpu is None or service.built(archs_for(options, probe_for(options)), options.cache_dir) is None:
+        probe = probe_for(options)
+        if options.counter_source != "replay" or probe.gpu is None or service.built(archs_for(options, probe), options.cache_dir) is None:
             profile_baselines(specs, options, progress)
 
     def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:
