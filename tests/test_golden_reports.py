@@ -27,7 +27,7 @@ from grader.engine.identity import Identity
 from grader.engine.repo import submission_path
 from grader.labspec.labs import find_lab
 from grader.outcome import CheckResult, KernelResources, LabReport, Outcome, SourceLocation, Stage
-from grader.report import files
+from grader.report import publish
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 UPDATE = os.environ.get("GRADER_UPDATE_GOLDEN") == "1"
@@ -98,9 +98,9 @@ def synthetic_reports() -> tuple[list[LabReport], dict[str, object]]:
     return [tiled, broken], identity
 
 
-def _written(reports: list[LabReport], identity: dict[str, object] | None, folder: Path) -> dict[str, str]:
+def _written(reports: list[LabReport], identity: dict[str, object], folder: Path) -> dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
-    files.write_folder(reports, Identity(**identity) if identity is not None else None, folder, pictures=False)  # type: ignore[arg-type]
+    publish.write(publish.Graded(reports, Identity(**identity)), publish.Outputs.folder(folder, pictures=False))  # type: ignore[arg-type]
     return {name: (folder / name).read_text(encoding="utf-8") for name in REPORTS}
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from grader.engine.identity import Identity
 from grader.outcome import CheckResult, LabReport, Outcome, SourceLocation, Stage, fmt_points
-from grader.report import files, html, roofline
+from grader.report import html, publish, roofline
 
 ENV = {"device.peak_fp32_gflops": 66900.0, "device.peak_dram_gbps": 3352.3, "gpu": "NVIDIA H100 80GB HBM3"}
 TIMINGS = {  # tiled_matmul at 4096: 137 GFLOP over 201 MB (the lab's model), as the grader's timing rows hold it
@@ -76,7 +76,7 @@ def test_the_page_is_self_contained_escaped_and_draws_each_kernel():
 
 def test_the_report_folder_has_the_page_the_pictures_and_the_figures_in_markdown(tmp_path):
     pytest.importorskip("matplotlib")
-    md = files.write_folder([_report()], ALICE, tmp_path)
+    md = publish.write(publish.Graded([_report()], ALICE), publish.Outputs.folder(tmp_path))
     assert (tmp_path / "report.html").is_file()
     png = (tmp_path / "roofline-tiled_matmul.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
@@ -85,7 +85,7 @@ def test_the_report_folder_has_the_page_the_pictures_and_the_figures_in_markdown
 
 
 def test_a_class_folder_has_the_page_without_the_pictures(tmp_path):
-    files.write_folder([_report()], ALICE, tmp_path, pictures=False)
+    publish.write(publish.Graded([_report()], ALICE), publish.Outputs.folder(tmp_path, pictures=False))
     assert (tmp_path / "report.html").is_file() and "<circle " in (tmp_path / "report.html").read_text()
     assert not list(tmp_path.glob("roofline-*.png"))
 

@@ -175,7 +175,7 @@ def test_reports_are_written_only_by_the_one_grade_then_write_path():
     """`grade`, `grade-repo` and a class's lanes grade and write through one call
     (``grader.report.publish.grade_then_write``), and no module outside ``grader/report/`` writes a
     report itself."""
-    writers = ("write", "write_folder", "check_folders")
+    writers = ("write", "check_folders")
     outside = []
     for name, path in _modules().items():
         if name.startswith("grader.report"):

@@ -46,9 +46,3 @@ def write(reports: list[LabReport], identity: Identity | None, *, junit_path: Pa
         write_whole(markdown_path, md)
     return md
 
-
-def write_folder(reports: list[LabReport], identity: Identity | None, folder: Path, pictures: bool = True) -> str:
-    """report.xml, report.json, report.md and report.html in ``folder`` (and the roofline PNGs
-    with ``pictures``: a class leaves them out, about 0.2 s a lab on the lane that grades)."""
-    return write(reports, identity, junit_path=folder / NAMES["junit"], json_path=folder / NAMES["json"],
-                 markdown_path=folder / NAMES["markdown"], html_path=folder / NAMES["html"], pictures=pictures)
