@@ -142,8 +142,9 @@ def grade_many(
         progress(f"compiling {len(items)} submissions and their baselines")
         graded = [item for item, why in zip(items, refused) if not why]
         prebuild(graded, options)
+        labs = [runnable(spec) for spec in {spec.id: spec for spec, _, _ in graded}.values()]
         for family in FAMILIES:
-            family.ahead([runnable(spec) for spec in {spec.id: spec for spec, _, _ in graded}.values()], options, progress)
+            family.ahead(labs, options, progress)
 
     def begin(i: int, together: Together) -> LabGrading | LabReport:
         spec, path, display = items[i]
