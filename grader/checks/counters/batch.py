@@ -270,8 +270,7 @@ class ProfileBatch(LabBatch[Request, CaseKey, CounterRun]):
         return profile_together(requests) if done is None else done
 
     def _alone(self) -> None:
-        if self.early is not None:
-            self.early.close(keep=True)
+        self.close(keep=True)
 
     def close(self, keep: bool = False) -> None:
         """End the early session, if there is one (``keep``: its files stay)."""
