@@ -272,7 +272,8 @@ def test_a_repository_profiles_its_labs_in_one_session_with_the_verdicts_of_each
         target = submission_path(tmp_path, lab_id)
         target.parent.mkdir(parents=True)
         target.write_bytes(source.read_bytes())
-    options = GradeOptions(timing=False, sanitizers=False, reuse_tool_runs=False)  # (each profiled here, not kept from an earlier test)
+    # (each profiled here, not kept from an earlier test; Nsight Compute's path: the replayer's is the default)
+    options = GradeOptions(timing=False, sanitizers=False, reuse_tool_runs=False, counter_source="ncu")
     together = {r.lab: {c.id: c for c in r.checks if c.stage.value == "counters"} for r in grade_repo(tmp_path, options)}
     expected = {
         "boundary_checks": {"global_load_reduction": Outcome.FAIL},
