@@ -2,7 +2,7 @@
 
 A run (a command of ``cuda-grader``, a class's GPU lane, a test) makes one context and enters it
 (:func:`entered`, or :func:`enter` for the rest of a process the grader started); everything
-below reads it through :func:`current`. It holds the five things that are the run's and no single
+below reads it through :func:`current`. It holds the six things that are the run's and no single
 grading's:
 
 - where the labs are looked for (:class:`LabsSearch`: ``--labs``, the repository graded,
@@ -13,7 +13,10 @@ grading's:
 - the GPU's turns, where several students share it (a class lane's; ``grader.host.gputurns``);
 - how long each lab's timed output took to check, learned from earlier students of the run
   (``grader.engine.repo.scoring_first``);
-- the folders kept out of every sandbox, where a class is graded (``grader.isolation.sandbox.kept_out``).
+- the folders kept out of every sandbox, where a class is graded (``grader.isolation.sandbox.kept_out``);
+- the oracle's answers too large for the case cache on disk, kept for the run's later grades
+  (``grader.checks.compare``: a timed case's answer is 512 MB and 2.4 s of CPU, asked for the
+  student's replay and for each baseline's).
 
 A context lives in a ``contextvars.ContextVar``, which a new thread does not inherit: a callable
 handed to another thread (``threading.Thread``, an executor's ``submit`` or ``map``) is wrapped in
@@ -29,7 +32,7 @@ import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Literal, ParamSpec, Protocol, TypeVar
+from typing import Any, Callable, Iterator, Literal, Mapping, ParamSpec, Protocol, TypeVar
 
 __all__ = ["GpuTurns", "LabsLocation", "LabsSearch", "Origin", "RunContext", "carried", "current", "enter", "entered"]
 
@@ -99,6 +102,7 @@ class RunContext:
     turns: GpuTurns | None = None  # None: the run's GPU work takes no turns (outside a class lane with seats)
     scoring_s: dict[str, float] = field(default_factory=dict, compare=False)  # lab -> seconds its timed output took to check
     kept_out: tuple[str, ...] = ()  # folders kept out of every sandbox the run starts (a class's students; ``sandbox.kept_out``)
+    answers: dict[str, Mapping[str, Any]] = field(default_factory=dict, compare=False)  # key -> large oracle answer (``compare``)
 
 
 _PROCESS = RunContext()  # current where none is entered: the grader used as a library

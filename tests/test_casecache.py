@@ -72,3 +72,27 @@ def test_without_a_cache_folder_or_for_values_that_are_not_arrays_nothing_is_kep
     assert compare.inputs_digest({"n": 3}) is None
     assert compare.expected(spec, odd, {"n": 3}, {}, tmp_path) == {"n": 3}  # type: ignore[arg-type]
     assert not (tmp_path / "cases").exists()
+
+
+def test_an_answer_too_large_for_the_disk_is_kept_in_the_run_within_its_limit(tmp_path, monkeypatch):
+    """A timed case's answer (512 MB) is not written to disk: the run keeps it for the baselines'
+    replays and later students, read-only, the oldest let go beyond the run's limit."""
+    from grader.context import RunContext, entered
+
+    spec, problem = find_lab("histogram"), Counting("histogram")
+    monkeypatch.setattr(compare, "ENTRY_LIMIT_BYTES", 16)  # (the 7 bins of uint32: 28 bytes)
+    monkeypatch.setattr(compare, "RUN_LIMIT_BYTES", 60)  # room for two answers
+    texts = [np.frombuffer(bytes([ord("a") + i]) * 64, dtype=np.uint8) for i in range(3)]
+    with entered(RunContext()) as run:
+        first = compare.expected(spec, problem, {"text": texts[0]}, {"n": 64}, tmp_path)
+        again = compare.expected(spec, problem, {"text": texts[0].copy()}, {"n": 64}, tmp_path)
+        assert problem.calls["expected"] == 1 and again["bins"] is first["bins"] and not again["bins"].flags.writeable
+        assert not list((tmp_path / "cases").rglob("*.npz")) and len(run.answers) == 1
+        for text in texts[1:]:
+            compare.expected(spec, problem, {"text": text}, {"n": 64}, tmp_path)
+        assert len(run.answers) == 2 and problem.calls["expected"] == 3
+        compare.expected(spec, problem, {"text": texts[0]}, {"n": 64}, tmp_path)
+        assert problem.calls["expected"] == 4  # (let go for the third)
+    with entered(RunContext()):
+        compare.expected(spec, problem, {"text": texts[2]}, {"n": 64}, tmp_path)
+        assert problem.calls["expected"] == 5  # another run keeps its own

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +26,17 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..context import current
 from ..host.hostdirs import check_private_dir, open_private, private_dir
 from ..labspec.spec import LabSpec, Tolerance
 from ..labspec.version import lab_version
 from ..worker import expr
 
-#: Arrays larger than this (all of one entry together) are computed every time instead.
+#: Arrays larger than this (all of one entry together) are not written to disk: they are kept in
+#: the run (``RunContext.answers``), the last few up to ``RUN_LIMIT_BYTES`` in all.
 ENTRY_LIMIT_BYTES = 256 << 20
+RUN_LIMIT_BYTES = 1 << 30
+_KEEPING = threading.Lock()  # (the run's answers are asked for from the grading's threads)
 
 Arrays = dict[str, np.ndarray]
 
@@ -88,11 +93,32 @@ def _cached(cache_dir: Path | None, key: str, compute: Callable[[], Arrays]) -> 
     stored = _load(path)
     if stored is not None:
         return stored
+    kept = current().answers
+    with _KEEPING:
+        held = kept.get(key)
+    if held is not None:
+        return dict(held)
     value = compute()
-    if isinstance(value, dict) and value and all(_plain(v) for v in value.values()) \
-            and sum(v.nbytes for v in value.values()) <= ENTRY_LIMIT_BYTES:
-        _store(path, value)
+    if isinstance(value, dict) and value and all(_plain(v) for v in value.values()):
+        size = sum(v.nbytes for v in value.values())
+        if size <= ENTRY_LIMIT_BYTES:
+            _store(path, value)
+        elif size <= RUN_LIMIT_BYTES:
+            with _KEEPING:
+                _keep(kept, key, value, size)
     return value
+
+
+def _keep(kept: dict[str, Mapping[str, Any]], key: str, value: Arrays, size: int) -> None:
+    """``value`` kept in the run, read-only, the oldest entries let go to stay within ``RUN_LIMIT_BYTES``."""
+    for array in value.values():
+        array.flags.writeable = False  # (every grade that asks gets these very arrays)
+    total = sum(sum(a.nbytes for a in v.values()) for v in kept.values())
+    for old in list(kept):
+        if total + size <= RUN_LIMIT_BYTES:
+            break
+        total -= sum(a.nbytes for a in kept.pop(old).values())
+    kept[key] = value
 
 
 def _load(path: Path) -> Arrays | None:
