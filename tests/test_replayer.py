@@ -742,3 +742,59 @@ def test_a_baselines_case_is_replayed_once_kept_apart_and_never_taken_by_the_pro
     assert not ncu_path.runs[("baseline naive", key_of(naive_small))].replayed
     assert "not installed" in ncu_path.runs[("baseline naive", key_of(naive_small))].skipped
     assert ncu_path.runs[("baseline reference", key_of(reference_big))].values == profiled.values  # (the profiler's own kept run)
+
+
+def test_the_baselines_cases_are_replayed_ahead_and_the_labs_wait_for_them(replayer, tmp_path, monkeypatch):
+    """A batch's baselines' cases are replayed in the background before the labs reach their
+    counters: every case of every lab given that no earlier grade kept, once (here, with no GPU,
+    each fails and is said so); one kept is left alone, and a lab's replay waits for the ahead run
+    before it picks its own baselines' cases."""
+    import threading
+
+    from grader.checks.counters import launched
+    from grader.checks.counters import ncu as counters
+    from grader.checks.counters.ncu import CounterRun
+    from grader.checks.counters.replay import collect
+    from grader.host import gpu
+    from grader.isolation.build import baseline_library
+    from grader.isolation.options import GradeOptions
+
+    if gpu.probe().gpu is not None:
+        pytest.skip("this machine has a GPU (the GPU tests replay for real)")
+    cache = replayer.parent.parent.parent
+    h100 = gpu.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "580.66", 0, "GPU-2222bbbb")  # (a driver of its own: no run kept by other tests)
+    monkeypatch.setattr(collect, "probe_for", lambda options: gpu.GpuProbe(h100))
+    monkeypatch.setattr(collect, "archs_for", lambda options, probe: ("sm_90",))
+    options = GradeOptions(cache_dir=cache, sandbox=False)
+    specs = [find_lab("tiled_matmul"), find_lab("corner_turning")]
+    tiled = launched.profiles_for(specs[0])
+    kept_check = next(c for c in tiled.checks if c.id == "global_load_reduction")
+    naive = baseline_library(specs[0], "naive", ("sm_90",), cache)
+    metrics = tiled.metrics[tiled.case(kept_check)]
+    (cache / "counters").mkdir(mode=0o700, exist_ok=True)
+    counters.store(counters.cache_path("replayed|" + counters.baseline_key(h100, metrics, kept_check, specs[0]), cache, naive),
+                   CounterRun({m: 5.0 for m in metrics}, ("matmul_naive",), replayed=True), metrics)
+    released, notes = threading.Event(), []
+    real = collect._replayed_baseline
+
+    def held(*args):
+        released.wait(30)  # (the ahead run holds until the test lets it go)
+        return real(*args)
+
+    monkeypatch.setattr(collect, "_replayed_baseline", held)
+    collect.replay_baselines_ahead(specs, options, notes.append)
+    the = collect.service.replayer_for(h100, ("sm_90",), collect.sandbox_for(options), cache)
+    assert the.ahead is not None and the.ahead.is_alive()
+    waiter = threading.Thread(target=the.ahead_done, args=(30,))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive()  # (a lab waits for the ahead run)
+    released.set()
+    waiter.join(30)
+    assert not waiter.is_alive() and not the.ahead.is_alive()
+    expected = {f"[{spec.id}] the {c.baseline} baseline: its case of {c.id}" for spec in specs
+                for c in launched.profiles_for(spec).checks if c.baseline} - {f"[tiled_matmul] the naive baseline: its case of {kept_check.id}"}
+    told = [n for n in notes if "its case of" in n]
+    assert {n.split(" by Nsight Compute")[0] for n in told} == expected, notes
+    assert all("the counter replayer is unavailable here" in n or "the recording run failed" in n for n in told), notes
+    assert notes[0].startswith(f"replaying the baselines' {len(expected)} cases"), notes

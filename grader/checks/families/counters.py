@@ -17,7 +17,7 @@ from ..counters.baselines import profile_baselines
 from ..counters.batch import EarlySession, ProfileBatch, all_kept, counted
 from ..counters.ncu import Profiles
 from ..counters.replay import service
-from ..counters.replay.collect import replay_by
+from ..counters.replay.collect import replay_baselines_ahead, replay_by
 from ..sass import static_checks
 from .base import CheckFamily, Planned, Shared, ToolStart
 from .text import case_params
@@ -70,11 +70,15 @@ class CounterFamily(CheckFamily):
         return [functools.partial(service.built, archs_for(options, probe), options.cache_dir)]
 
     def ahead(self, specs: list[LabSpec], options: GradeOptions, progress: Progress) -> None:
-        """With Nsight Compute, the baselines' cases of every lab profiled ahead, in few trusted
-        sessions (``counters.baselines``); the replayer measures them with each lab's own cases,
-        where it is built (else they are profiled ahead as with Nsight Compute)."""
+        """The baselines' cases of every lab measured ahead: by the replayer where it is built, in
+        the background beside the labs' correctness cases (``replay.collect.replay_baselines_ahead``);
+        else by Nsight Compute, in few trusted sessions before the labs start (``counters.baselines``)."""
+        if not options.counters:
+            return
         probe = probe_for(options)
-        if options.counter_source != "replay" or probe.gpu is None or service.built(archs_for(options, probe), options.cache_dir) is None:
+        if options.counter_source == "replay" and probe.gpu is not None and service.built(archs_for(options, probe), options.cache_dir) is not None:
+            replay_baselines_ahead(specs, options, progress)
+        else:
             profile_baselines(specs, options, progress)
 
     def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:

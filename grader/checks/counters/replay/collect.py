@@ -27,6 +27,8 @@ import dataclasses
 import functools
 import itertools
 import shutil
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,19 +36,23 @@ from typing import Callable
 
 import numpy as np
 
+from ....cachedirs import default_cache_dir
 from ....context import carried
 from ....errors import GraderError
 from ....host.safeio import read_file
 from ....isolation.build import baseline_library
 from ....isolation.compilerlog import demangle
-from ....isolation.options import GradeOptions
+from ....isolation.launch import Isolation
+from ....isolation.options import GradeOptions, archs_for, kernel_cache, probe_for, sandbox_for, secret_of, work_folder
 from ....isolation.submission import Submission
 from ....isolation.toolrun import run_under_tool
-from ....labspec.spec import CounterCheck
+from ....labspec.labs import load_problem
+from ....labspec.spec import CounterCheck, LabSpec
 from ....worker.buffers import Slot, filled_inputs, layout
 from ....worker.protocol import Status, marked_tasks, record_task
 from ... import compare as oracle
 from ...correctness import launcher_spec, tool_task
+from .. import launched
 from ..ncu import CaseKey, CounterRun, Profiles, baseline_key, cache_path, cached, store
 from . import cubin, service
 from .plan import ArraySlot, ReplayPlan, Unreplayable, plan_call
@@ -54,6 +60,9 @@ from .record import CallRecord, MalformedRecord, parse
 from .task import CaseTask, task_text
 
 Note = Callable[[str], None]
+#: The longest a lab's counters wait for the baselines' cases replayed ahead (then the lab replays
+#: what is left itself): a dozen take about 5 s on an H100, cold.
+AHEAD_WAIT_S = 60.0
 #: Numbers each recording run of this process (a lab graded again gets folders of its own).
 _RECORDINGS = itertools.count(1)
 
@@ -88,23 +97,22 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str,
             check = next(c for c in profiles.checks if c.id == profiles.first[key])
             cases.append(_Case(key, check, metrics, _slots(sub, check)))
     runs: dict[tuple[str, CaseKey], CounterRun] = {}
-    baselines = _baseline_cases(sub, profiles, runs)
-    if not cases and not baselines:
-        return runs
     why: dict[str, str] = {}
     try:
         replayer = service.replayer_for(sub.gpu, sub.archs, sub.isolation.sandbox, sub.cache_dir)
         folder = replayer.task_folder()
     except (service.ServiceError, GraderError, OSError) as exc:
         why = {case.check.id: str(exc) for case in cases}
+        _baseline_cases(sub, profiles, runs)  # (those kept from an earlier grade still count)
     else:
         # each in a thread of its own (records, device code, inputs and the oracle's answers made side
         # by side on the CPU: a timed case's are large), the replays in turn (the replayer's lock)
         try:
-            with ThreadPoolExecutor(max_workers=1 + len(baselines), thread_name_prefix="replay") as pool:
+            with ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay") as pool:
                 mine = pool.submit(carried(_replayed_student), sub, cases, replayer, folder / "student", why) if cases else None
-                theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / f"baseline-{name}", profiles, note)
-                          for name, (base, base_cases) in baselines.items()]
+                replayer.ahead_done(sub.time_left(AHEAD_WAIT_S))  # (the baselines' cases replayed ahead are kept by now)
+                theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / f"baseline-{name}", note)
+                          for name, (base, base_cases) in _baseline_cases(sub, profiles, runs).items()]
                 runs.update(mine.result() if mine is not None else {})
                 for future in theirs:
                     runs.update(future.result())
@@ -127,7 +135,7 @@ def _replayed_student(sub: Submission, cases: list[_Case], replayer: service.Rep
         return {}
 
 
-def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path, profiles: Profiles,
+def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
                        note: Note) -> dict[tuple[str, CaseKey], CounterRun]:
     """A baseline's cases replayed and kept; ``note`` is told why the others are profiled."""
     why: dict[str, str] = {}
@@ -138,11 +146,58 @@ def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.R
     for case in cases:
         if case.key in got:
             with contextlib.suppress(OSError):  # (kept only to spare the next grade the replay)
-                store(kept_baseline_file(base, case), got[case.key], profiles.metrics[case.key])
+                store(kept_baseline_file(base, case), got[case.key], case.metrics)
         else:
             note(f"[{base.spec.id}] {base.name}: its case of {case.check.id} by Nsight Compute instead of the replayer "
                  f"({why.get(case.check.id, 'not replayed')})")
     return {(f"baseline {case.check.baseline}", case.key): got[case.key] for case in cases if case.key in got}
+
+
+def replay_baselines_ahead(specs: list[LabSpec], options: GradeOptions, note: Note) -> None:
+    """Start the replayer and replay the baselines' cases of ``specs`` that no earlier grade kept,
+    in a thread of its own, before the labs reach their counters (a cold grade: the replayer's
+    start, a dozen trusted recordings and replays, beside the labs' compiling and correctness
+    cases instead of after them). The labs' counters wait for it (``Replayer.ahead_done``) and
+    find the runs kept; what it could not replay each lab tries again, then leaves to the profiler."""
+    probe = probe_for(options)
+    archs = archs_for(options, probe)
+    if probe.gpu is None or service.built(archs, options.cache_dir) is None:
+        return
+    gpu, cache_dir = probe.gpu, options.cache_dir or default_cache_dir()
+    try:
+        replayer = service.replayer_for(gpu, archs, sandbox_for(options), cache_dir)
+    except (service.ServiceError, GraderError, OSError):
+        return  # (each lab says why)
+
+    def ahead() -> None:
+        work = work_folder(options, "replay-baselines-")
+        folder: Path | None = None
+        try:
+            replayer.warm()
+            isolation = Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options))
+            todo = {}
+            for spec in specs:
+                lab = Submission(spec, "ahead", Path(), (), archs, load_problem(spec), isolation, cache_dir, work,
+                                 time.monotonic() + options.submission_limit_s, options.submission_limit_s, secret_of(options), gpu)
+                todo.update({(spec.id, name): found for name, found in _baseline_cases(lab, launched.profiles_for(spec, options.timing), {}).items()})
+            if not todo:
+                return
+            note(f"replaying the baselines' {sum(len(cases) for _, cases in todo.values())} cases for the counter checks and "
+                 "rooflines, beside the labs (once per GPU and driver; kept for later grades)")
+            folder = replayer.task_folder()
+            with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="replay-ahead") as pool:
+                for future in [pool.submit(carried(_replayed_baseline), base, cases, replayer, folder / f"{lab}-{name}", note)
+                               for (lab, name), (base, cases) in todo.items()]:
+                    future.result()
+        except Exception:  # (only a head start: each lab replays what is not kept, and says what went wrong)
+            pass
+        finally:
+            for made in (folder, work):
+                if made is not None:
+                    shutil.rmtree(made, ignore_errors=True)
+
+    replayer.ahead = threading.Thread(target=carried(ahead), name="replay-ahead", daemon=True)
+    replayer.ahead.start()
 
 
 def _slots(sub: Submission, check: CounterCheck) -> tuple[Slot, ...]:

@@ -140,6 +140,24 @@ class Replayer:
         self._tasks = 0
         #: The seconds the last task held the profiling lock (the replay's exclusive time).
         self.profiled_seconds = 0.0
+        #: The baselines' cases being replayed ahead of the labs (``collect.replay_baselines_ahead``).
+        self.ahead: threading.Thread | None = None
+
+    def warm(self) -> None:
+        """Start the process now, ahead of its first task (a CUDA context and CUPTI: about 2 s)."""
+        with self._lock:
+            self._started()
+
+    def ahead_done(self, wait_s: float) -> None:
+        """Wait (at most ``wait_s``) for the baselines' cases being replayed ahead."""
+        ahead = self.ahead
+        if ahead is not None and ahead is not threading.current_thread():
+            ahead.join(wait_s)
+
+    def _started(self) -> None:
+        if self.proc is None and not self.unavailable:
+            with gputurns.step():
+                self._start()
 
     def _start(self) -> None:
         # Answers come through a pipe of their own: what a student's kernel printfs goes to standard output.
@@ -198,9 +216,7 @@ class Replayer:
         with the GPU's profiling lock held (the lock first, then the turn, as for a profiler run),
         profiles it, then writes the outputs and answers; only the profiling is exclusive."""
         with self._lock:
-            if self.proc is None and not self.unavailable:
-                with gputurns.step():
-                    self._start()
+            self._started()
             if self.proc is None:
                 return {case: CaseResult(case, reason=self.unavailable) for case in metrics}
             results: dict[str, CaseResult] = {}
