@@ -317,3 +317,38 @@ def test_a_known_solution_must_name_its_expected_line(named, problem):
     result = judge(solution, LabReport(spec.id, spec.title, "uncoalesced_tile.cu", checks))
     found = [p for p in result.problems if "names" in p]
     assert (found[0].startswith(problem) if problem else found == []), found
+
+
+def test_a_cold_batch_rehearses_its_timing_in_the_background_and_times_after_it(monkeypatch, tmp_path):
+    """On an empty kernel cache a batch rehearses the labs' timing beside their correctness cases
+    (``engine.rehearsal``), and the first timing waits for it; a full cache, or no timing, none."""
+    from grader.engine import repo
+    from grader.host import gpu
+
+    h100 = gpu.GpuProbe(gpu.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "580.65"))
+    monkeypatch.setattr(repo, "probe_for", lambda options: h100)
+    asked, let_go = [], threading.Event()
+    monkeypatch.setattr(repo, "rehearse_timings", lambda specs, options, progress: (asked.append([s.id for s in specs]), let_go.wait(20)))
+    spec = find_lab("tiled_matmul")
+    options = GradeOptions(cache_dir=tmp_path / "cache")
+    rehearsal = repo._rehearsed_if_cold([spec], options, print)
+    assert rehearsal is not None and rehearsal.is_alive() and asked == [["tiled_matmul"]]
+    let_go.set()
+    rehearsal.join(20)
+    assert repo._rehearsed_if_cold([spec], GradeOptions(cache_dir=tmp_path / "cache", timing=False), print) is None
+    (tmp_path / "cache" / "cupy-kernels" / "a.cubin").write_bytes(b"")
+    assert repo._rehearsed_if_cold([spec], options, print) is None  # (warm: nothing to ready)
+
+    ended = threading.Event()
+
+    def slow() -> None:
+        threading.Event().wait(0.5)
+        ended.set()
+
+    order: list[bool] = []
+    real_timed = LabGrading.timed
+    monkeypatch.setattr(LabGrading, "timed", lambda self: (order.append(ended.is_set()), real_timed(self))[1])
+    monkeypatch.setattr(repo, "_rehearsed_if_cold", lambda specs, options, progress: (t := threading.Thread(target=slow), t.start(), t)[2])
+    items = [(spec, spec.files.reference, f"{name}.cu") for name in ("a", "b")]
+    grade_many(items, GradeOptions(gpu=False), window=2)
+    assert order == [True, True]  # (each timing came after the rehearsal ended)
