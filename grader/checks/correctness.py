@@ -103,6 +103,9 @@ RELEASE_WAIT_S = 5.0
 RETRY_FACTOR = 3.0
 #: A call whose kernels ran on shared memory another context had cleared is run again, at most this often.
 CLEARED_RERUNS = 3
+#: Room after each device buffer of a tool run other than memcheck (``case_tool_task``): a stray
+#: store 16 KiB past an output (memory_types' known-wrong ``write_past_end.cu``) lands in it.
+STRAY_PAD_BYTES = 1 << 20
 
 
 class SharingFailed(RuntimeError):
@@ -301,7 +304,10 @@ def case_tool_task(spec: LabSpec, problem: ModuleType, check: SanitizerCheck | C
                    cache_dir: Path | None) -> Task:
     """``tool_task`` of any library of the lab's (a baseline's, profiled ahead of any submission)."""
     launcher = launcher_spec(spec)
+    # every tool but memcheck, which must see a store past a buffer, runs with room after each: the
+    # store lands there (under synccheck, in the tool's own memory it crashed the process, by layout)
+    pad = 0 if isinstance(check, SanitizerCheck) and check.tool == "memcheck" else STRAY_PAD_BYTES
     if isinstance(check, CounterCheck) and check.inputs == "filled":
-        return tool_case_task(str(library), launcher, dict(check.params), {}, fill=check.seed)
+        return tool_case_task(str(library), launcher, dict(check.params), {}, fill=check.seed, pad=pad)
     _, paths = write_inputs(spec, problem, check.params, check.seed, dirs.inbox, cache_dir)
-    return tool_case_task(str(library), launcher, dict(check.params), paths)
+    return tool_case_task(str(library), launcher, dict(check.params), paths, pad=pad)

@@ -189,12 +189,14 @@ Allocator = Callable[[Slot], Any]
 class Buffers:
     """Device buffers for one call, in launcher order, with canary guards around outputs.
 
-    ``allocate`` gives each array its memory (by default CuPy's pool and numpy); the trusted
-    worker passes one whose memory it can share with the student's worker (``owned``)."""
+    ``allocate`` gives each array its memory (by default CuPy's pool and numpy, each device array
+    ``pad`` bytes longer than it); the trusted worker passes one whose memory it can share with the
+    student's worker (``owned``)."""
 
     def __init__(self, cp: Any, launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, np.ndarray], guard: int,
-                 memcpy_only: bool = False, allocate: Allocator | None = None):
+                 memcpy_only: bool = False, allocate: Allocator | None = None, pad: int = 0):
         self.cp = cp
+        self.pad = max(0, pad)
         self.args: list[Any] = []  # ctypes scalars and device pointers, in launcher order
         self.inputs: dict[str, Any] = {}  # device arrays (numpy ones for host inputs)
         self.host_inputs: dict[str, np.ndarray] = {}
@@ -228,8 +230,8 @@ class Buffers:
         if slot.host:
             return np.empty(slot.total_bytes, dtype=np.uint8)
         if self.memcpy_only and slot.role == "output":  # no CuPy kernels: only student kernels get profiled
-            return self.cp.asarray(np.empty(slot.total_bytes, dtype=np.uint8))
-        return self.cp.empty(slot.total_bytes, dtype=self.cp.uint8)
+            return self.cp.asarray(np.empty(slot.total_bytes + self.pad, dtype=np.uint8))
+        return self.cp.empty(slot.total_bytes + self.pad, dtype=self.cp.uint8)
 
     @staticmethod
     def _pointer(raw: Any) -> int:
@@ -244,7 +246,7 @@ class Buffers:
         if self.memcpy_only:  # filled on the host and copied: no CuPy kernel
             host = np.full(slot.total_bytes, CANARY, dtype=np.uint8)
             host[slot.guard_bytes : slot.guard_bytes + slot.body_bytes].view(slot.dtype)[:] = slot.fill
-            raw.set(host)
+            raw[: slot.total_bytes].set(host)  # (the pad after it, if any, is never read)
             return
         raw.fill(CANARY)
         self.outputs[name].fill(slot.fill)
@@ -270,7 +272,7 @@ class Buffers:
             gb = slot.guard_bytes
             if slot.role != "output" or gb == 0:
                 continue
-            host = self.raw[slot.name].get()
+            host = self.raw[slot.name][: slot.total_bytes].get()
             before = int(np.count_nonzero(host[:gb] != CANARY))
             after = int(np.count_nonzero(host[len(host) - gb :] != CANARY))
             if before or after:

@@ -30,7 +30,7 @@ def run_case(cp: Any, task: Task) -> Reply:
             inputs = filled_inputs(task["launcher"], task["params"], int(task["fill"]))
         else:
             inputs = {k: np.load(v) for k, v in task["inputs"].items()}
-        bufs = Buffers(cp, task["launcher"], task["params"], inputs, 0, memcpy_only=True)
+        bufs = Buffers(cp, task["launcher"], task["params"], inputs, 0, memcpy_only=True, pad=int(task.get("pad", 0)))
         args = bufs.args
     else:
         mapped = Mapped(task["share"], task["buffers"], int(cp.cuda.Device().id))

@@ -80,6 +80,7 @@ class Task(TypedDict, total=False):
     guard: int
     memcpy_only: bool
     fill: int  # tool cases: the seed of inputs the worker fills itself (no input files)
+    pad: int  # tool cases: bytes of the worker's own after each device buffer (``tool_case_task``)
     poison: int  # correctness cases: the pattern shared memory holds before the call (poison.fill_shared)
     problem: str
     seed: int
@@ -118,13 +119,18 @@ def poison_pattern(case_id: str, run: int) -> int:
 
 
 def tool_case_task(lib: str, launcher: LauncherSpec, params: dict[str, Any], inputs: dict[str, str],
-                   fill: int | None = None) -> Task:
+                   fill: int | None = None, pad: int = 0) -> Task:
     """Run the launcher once on ``inputs`` (.npy paths) in buffers of the worker's own, with no CuPy
     kernel and nothing read back (under a profiler or sanitizer). With ``fill`` (a seed) the worker
-    fills the inputs itself, with arbitrary values. Reply: ``seconds``, ``kernels_launched``."""
+    fills the inputs itself, with arbitrary values. With ``pad``, each device buffer is followed by
+    that many bytes of its own allocation: a stray store just past a buffer lands there on every
+    run, not in whatever the process (or the tool inside it) allocated next. Reply: ``seconds``,
+    ``kernels_launched``."""
     task = Task(kind=Kind.CASE.value, lib=lib, launcher=launcher, params=params, inputs=inputs, memcpy_only=True)
     if fill is not None:
         task["fill"] = fill
+    if pad:
+        task["pad"] = pad
     return task
 
 
