@@ -72,8 +72,9 @@ def last_line(text: object) -> str:
     return clean(lines[-1])[:LINE_CHARS] if lines else "no reason given"
 
 
-def describe_exit(returncode: int) -> tuple[str, str]:
-    """(status, reason) for a worker that ended while running student code."""
+def describe_exit(returncode: int, trusted: bool = False) -> tuple[str, str]:
+    """(status, reason) for a worker that ended while running student code (``trusted``: the
+    grader's own, a baseline's)."""
     if returncode < 0:
         sig = -returncode
         try:
@@ -89,6 +90,8 @@ def describe_exit(returncode: int) -> tuple[str, str]:
             "SIGKILL": "killed (out of memory?)",
         }.get(name, "terminated by a signal")
         return "crashed", f"{what} [{name}]"
+    if trusted:
+        return "exited", f"the process exited with status {returncode} while running the grader's own code"
     return "exited", f"the process exited with status {returncode} while running your code (exit() called?)"
 
 
@@ -258,7 +261,7 @@ class WorkerSession:
                 number = data.get("code" if status == "exited" else "signal")
                 number = number if isinstance(number, int) and not isinstance(number, bool) and 0 <= number < 256 else 9
                 code = number if status == "exited" else -number
-                status, reason = describe_exit(code)
+                status, reason = describe_exit(code, self.isolation.trusted)
                 return TaskResult(status, None, reason, self.log_tail(), seconds)
             reply: Reply | None = None
             if status == Status.INTERFERED.value:
@@ -300,7 +303,7 @@ class WorkerSession:
                 self.kill()
         code = self.proc.returncode if self.proc is not None and self.proc.returncode is not None else -9
         self.close()
-        status, reason = describe_exit(code)
+        status, reason = describe_exit(code, self.isolation.trusted)
         return TaskResult(status, reason=reason, log_tail=self.log_tail(), seconds=seconds)
 
     def _pass_fds(self, tag: str, fds: tuple[int, ...]) -> bool:

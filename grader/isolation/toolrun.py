@@ -43,11 +43,11 @@ class ToolRun:
     def timed_out(self) -> bool:
         return self.returncode is None
 
-    def failure(self, ended_silently: str) -> str:
+    def failure(self, ended_silently: str, trusted: bool = False) -> str:
         """Why the worker did not report success ("" if it did); ``ended_silently`` where it exited
-        with status 0 before reporting anything."""
+        with status 0 before reporting anything (``trusted``: it ran the grader's own code)."""
         if self.result is None:
-            return describe_exit(self.returncode)[1] if self.returncode else ended_silently
+            return describe_exit(self.returncode, trusted)[1] if self.returncode else ended_silently
         if self.result.status != Status.OK:
             return self.result.error if self.result.error is not None else "failed"
         return ""

@@ -288,7 +288,7 @@ def recorded(sub: Submission, cases: list[_Case], trusted: bool = False) -> dict
     tasks = [record_task(tool_task(sub, case.check, dirs.sub(f"case{i}"))) for i, case in enumerate(cases)]
     limit = sub.time_left(max(case.check.time_limit_s for case in cases))
     run = run_under_tool([], marked_tasks(tasks, [1] * len(tasks)), dirs, limit, sub.isolation)
-    failure = run.failure("the recording run ended early")
+    failure = run.failure("the recording run ended early", trusted)
     results = run.result.results if run.result is not None else None
     out: dict[str, CallRecord | str] = {}
     for i, case in enumerate(cases):
