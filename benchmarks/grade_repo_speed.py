@@ -41,7 +41,10 @@ def solutions_repo(solution: str = "reference", prefix: str = "grade-repo-bench-
         spec = find_lab(lab_id)
         target = submission_path(repo, lab_id)
         target.parent.mkdir(parents=True)
-        shutil.copy(spec.files.reference if solution == "reference" else spec.files.stub, target)
+        source = spec.files.reference if solution == "reference" else spec.files.stub
+        if source is None:
+            raise SystemExit(f"{lab_id} has no {solution} file")
+        shutil.copy(source, target)
     return repo
 
 

@@ -34,6 +34,8 @@ def main() -> int:
     args = p.parse_args()
     spec = find_lab(args.lab)
     source = args.source or spec.files.reference
+    if source is None:
+        p.error(f"{spec.id} has no reference: name the source to grade")
     cache = Path(tempfile.mkdtemp(prefix="grade-bench-cache-"))
     os.environ["GRADER_CACHE_DIR"] = str(cache)
     options = GradeOptions(cache_dir=cache)

@@ -40,6 +40,7 @@ from grader.checks.counters import batch as counterbatch  # noqa: E402
 from grader.checks.counters import traffic  # noqa: E402
 from grader.checks.counters.batch import Request  # noqa: E402
 from grader.checks.counters.ncu import kernel_rows, run_profiler  # noqa: E402
+from grader.checks.families import counters as counter_family  # noqa: E402
 from grader.engine import repo as repo_module  # noqa: E402
 from grader.host.gpus import nvml_devices, visible  # noqa: E402
 from grader.isolation.options import GradeOptions  # noqa: E402
@@ -103,14 +104,15 @@ def main() -> int:
     repo = solutions_repo("reference", "profiler-cost-")
     cache = Path(tempfile.mkdtemp(prefix="profiler-cost-cache-"))
     os.environ["GRADER_CACHE_DIR"] = str(cache)
-    options = GradeOptions(cache_dir=cache, sanitizers=False, reuse_tool_runs=False)
+    # Nsight Compute's path: the replayer (the default) runs no profiler session
+    options = GradeOptions(cache_dir=cache, sanitizers=False, reuse_tool_runs=False, counter_source="ncu")
     t0 = time.monotonic()
     repo_module.grade_repo(repo, options)
     print(f"built and profiled the baselines in {time.monotonic() - t0:.1f} s")
     # the session's cases as a list: a grade hands them to the batch's session (not the one started
     # ahead, which gets them through a pipe); each arrangement runs them again before the grade's own
-    repo_module.early_profiler = lambda specs, opts: None
-    together, seen = counterbatch.profile_together, []
+    counter_family.early_profiler = lambda specs, options: None
+    together, seen = counterbatch.profile_together, list[bool]()
 
     def measured_first(requests: list[Request]):  # type: ignore[no-untyped-def]
         if not seen:

@@ -133,7 +133,7 @@ def part_replay(rounds: int) -> bool:
                     ok = say(False, "replay", f"{lab} round {r}: {len(runs)} of {len(profiles.metrics)} cases replayed: {notes[-3:]}")
                 elif r == rounds - 1:
                     for key, run in runs.items():
-                        print(f"    {lab} {dict(key[0])}: {dict(run.values)} ({', '.join(run.kernels)})")
+                        print(f"    {lab} {key[0]} {dict(key[1][0])}: {dict(run.values)} ({', '.join(run.kernels)})")
         finally:
             grading.close()
     n = len(lab_ids())

@@ -66,7 +66,7 @@ def main() -> int:
                            GradeOptions(timing=False, counters=False, sanitizers=False), display_name=f"labs/histogram/solutions/{WRONG}")
             cases = [c for c in report.checks if c.id.startswith("correctness[") and c.id != "correctness[empty]"]
             passed = [c.id for c in cases if c.outcome.value == "pass"]
-            again = sum(int(c.measured.get("runs_again_on_cleared_shared_memory", 0)) for c in cases)
+            again = sum(int(str(c.measured.get("runs_again_on_cleared_shared_memory", 0))) for c in cases)
             reruns += again
             cases_run += len(cases)
             passed_grades += bool(passed)
