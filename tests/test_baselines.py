@@ -130,15 +130,21 @@ def test_two_gradings_starting_together_on_one_gpu_profile_the_baselines_once(fa
 
 
 def test_the_profiler_session_ahead_runs_only_where_the_replayer_will_not_count_the_baselines(monkeypatch, tmp_path):
-    """With the replayer (the default) each lab replays its baselines' cases with its own: no
-    Nsight Compute session ahead; with `--counters ncu`, or where the replayer cannot be built,
-    the session ahead runs as before."""
+    """With the replayer (the default) the baselines' cases are replayed ahead: no Nsight Compute
+    session ahead; with `--counters ncu`, or where the replayer cannot be built, the session ahead
+    runs as before."""
+    from grader.checks.counters.replay import collect
     from grader.checks.families import counters as family
 
     calls: list[str] = []
     built: dict[str, Path | None] = {"replayer": tmp_path / "replay"}
-    monkeypatch.setattr(family, "probe_for", lambda options: GpuProbe(H100))
-    monkeypatch.setattr(family.service, "built", lambda archs, cache_dir: built["replayer"])
+
+    def no_process(*args):
+        raise collect.service.ServiceError("not started here")  # (the replay ahead itself is tested in test_replayer)
+
+    monkeypatch.setattr(collect, "probe_for", lambda options: GpuProbe(H100))
+    monkeypatch.setattr(collect.service, "built", lambda archs, cache_dir: built["replayer"])
+    monkeypatch.setattr(collect.service, "replayer_for", no_process)
     monkeypatch.setattr(family, "profile_baselines", lambda specs, options, progress: calls.append(options.counter_source))
     specs = [find_lab("corner_turning")]
     family.CounterFamily().ahead(specs, GradeOptions(cache_dir=tmp_path), print)

@@ -75,10 +75,7 @@ class CounterFamily(CheckFamily):
         else by Nsight Compute, in few trusted sessions before the labs start (``counters.baselines``)."""
         if not options.counters:
             return
-        probe = probe_for(options)
-        if options.counter_source == "replay" and probe.gpu is not None and service.built(archs_for(options, probe), options.cache_dir) is not None:
-            replay_baselines_ahead(specs, options, progress)
-        else:
+        if options.counter_source != "replay" or not replay_baselines_ahead(specs, options, progress):
             profile_baselines(specs, options, progress)
 
     def begin(self, spec: LabSpec, options: GradeOptions, shared: Shared | None) -> None:

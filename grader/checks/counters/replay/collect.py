@@ -108,7 +108,7 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str,
         # each in a thread of its own (records, device code, inputs and the oracle's answers made side
         # by side on the CPU: a timed case's are large), the replays in turn (the replayer's lock)
         try:
-            with ThreadPoolExecutor(max_workers=4, thread_name_prefix="replay") as pool:
+            with ThreadPoolExecutor(max_workers=1 + len(sub.spec.baseline_names), thread_name_prefix="replay") as pool:
                 mine = pool.submit(carried(_replayed_student), sub, cases, replayer, folder / "student", why) if cases else None
                 replayer.ahead_done(sub.time_left(AHEAD_WAIT_S))  # (the baselines' cases replayed ahead are kept by now)
                 theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / f"baseline-{name}", note)
@@ -153,21 +153,22 @@ def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.R
     return {(f"baseline {case.check.baseline}", case.key): got[case.key] for case in cases if case.key in got}
 
 
-def replay_baselines_ahead(specs: list[LabSpec], options: GradeOptions, note: Note) -> None:
+def replay_baselines_ahead(specs: list[LabSpec], options: GradeOptions, note: Note) -> bool:
     """Start the replayer and replay the baselines' cases of ``specs`` that no earlier grade kept,
     in a thread of its own, before the labs reach their counters (a cold grade: the replayer's
     start, a dozen trusted recordings and replays, beside the labs' compiling and correctness
     cases instead of after them). The labs' counters wait for it (``Replayer.ahead_done``) and
-    find the runs kept; what it could not replay each lab tries again, then leaves to the profiler."""
+    find the runs kept; what it could not replay each lab tries again, then leaves to the profiler.
+    False where there is no GPU or the replayer cannot be built here (the profiler's path then)."""
     probe = probe_for(options)
     archs = archs_for(options, probe)
     if probe.gpu is None or service.built(archs, options.cache_dir) is None:
-        return
+        return False
     gpu, cache_dir = probe.gpu, options.cache_dir or default_cache_dir()
     try:
         replayer = service.replayer_for(gpu, archs, sandbox_for(options), cache_dir)
     except (service.ServiceError, GraderError, OSError):
-        return  # (each lab says why)
+        return True  # (each lab says why)
 
     def ahead() -> None:
         work = work_folder(options, "replay-baselines-")
@@ -198,6 +199,7 @@ def replay_baselines_ahead(specs: list[LabSpec], options: GradeOptions, note: No
 
     replayer.ahead = threading.Thread(target=carried(ahead), name="replay-ahead", daemon=True)
     replayer.ahead.start()
+    return True
 
 
 def _slots(sub: Submission, check: CounterCheck) -> tuple[Slot, ...]:
