@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import numpy as np
@@ -683,6 +684,104 @@ def test_each_cases_recording_is_read_from_its_typed_reply(tmp_path, monkeypatch
     assert third == "the recording run failed: no reply"
 
 
+def _served(status: str, record: object = None, reason: str = ""):
+    from grader.isolation.replies import Reply
+    from grader.isolation.runner import TaskResult
+    from grader.worker.protocol import Status
+
+    reply = Reply(Status(status), record=record) if status == "ok" else None
+    return TaskResult(status, reply, reason, "", 0.1)
+
+
+def test_the_correctness_worker_runs_what_the_replay_asked_in_order_and_stops_at_a_failure():
+    from grader.checks.counters.replay.handoff import Recorder
+
+    recorder, ran = Recorder(), []
+
+    def run(task, limit):
+        ran.append((task["n"], limit))
+        return _served("crashed" if task["n"] == 2 else "ok", reason="killed by signal 11")
+
+    assert recorder.ask([({"n": 1}, 10.0), ({"n": 2}, 20.0), ({"n": 3}, 30.0)])
+    assert not recorder.ask([({"n": 9}, 1.0)])  # (one ask a lab)
+    recorder.serve(run)
+    assert ran == [(1, 10.0), (2, 20.0)]  # (the worker may be gone after a crash: the third is not run in it)
+    assert [r.status for r in recorder.answer(0)] == ["ok", "crashed"]
+    recorder.serve(run)  # (once)
+    assert len(ran) == 2
+
+
+def test_a_recorder_served_before_it_is_asked_or_with_no_worker_runs_nothing():
+    from grader.checks.counters.replay.handoff import Recorder
+
+    late = Recorder()
+    late.serve(lambda task, limit: pytest.fail("nothing was asked"))
+    assert not late.ask([({"n": 1}, 1.0)])  # (the replay records in a worker of its own)
+    ended = Recorder()
+    assert ended.ask([({"n": 1}, 1.0)])
+    ended.serve(None)  # (the cases hung or failed: nothing more runs in their worker)
+    assert ended.answer(0) == []
+    unserved = Recorder()
+    assert unserved.ask([({"n": 1}, 1.0)]) and unserved.answer(0.05) == []  # (the cases are not over yet)
+
+
+@pytest.mark.parametrize("stop", ["timeout", "crashed"])
+def test_records_the_correctness_worker_made_are_taken_and_only_the_rest_get_a_worker_of_their_own(stop, tmp_path, monkeypatch):
+    """The replay's records come from the lab's correctness worker once its cases are over: an ok
+    reply is taken; a call killed at its limit is not run again; a crashed one, and every case
+    after either, are recorded in one worker of their own, as before."""
+    import threading
+    from types import SimpleNamespace
+
+    from worker_replies import tool_result
+
+    from grader.checks.counters import launched
+    from grader.checks.counters.replay import collect
+    from grader.checks.counters.replay.handoff import Recorder
+    from grader.isolation.launch import Isolation, RunDirs
+    from grader.isolation.toolrun import ToolRun
+    from grader.labspec.labs import load_problem
+
+    spec = find_lab("corner_turning")
+    checks = [c for c in launched.profiles_for(spec).checks]
+    checks = [*checks, *checks][:4]
+    cases = [collect._Case(((), k), check, (), tuple(SimpleNamespace(name=n) for n in "MNP"))  # type: ignore[arg-type]
+             for k, check in enumerate(checks)]
+    cases = [dataclasses_replace(case, check=dataclasses_replace(case.check, id=f"case{k}")) for k, case in enumerate(cases)]
+    separate = []
+
+    def own_worker(tool, task, dirs, limit, isolation):
+        separate.append(task["tasks"])
+        return ToolRun(0, "", "", tool_result({"status": "ok", "results": [
+            {"status": "ok", "seconds": 0.1, "kernels_launched": ["k"], "record": {"text": "garbage", "arrays": 3}}] * len(task["tasks"])}), 0.1)
+
+    monkeypatch.setattr(collect, "run_under_tool", own_worker)
+    sub = SimpleNamespace(spec=spec, problem=load_problem(spec), library=tmp_path / "lib.so", cache_dir=None,
+                          isolation=Isolation(Sandbox(None, reason="off")), time_left=lambda limit=1e9: limit,
+                          tool_dirs=lambda name: RunDirs(tmp_path / "in" / name, tmp_path / "out" / name))
+    recorder, asked = Recorder(), threading.Event()
+    real_ask = recorder.ask
+    given: list = []
+    monkeypatch.setattr(recorder, "ask", lambda tasks: (given.extend(t for t, _ in tasks), real_ask(tasks), asked.set())[1])
+    served = iter([_served("ok", {"text": "garbage", "arrays": 3}), _served(stop, reason=f"{stop}: the reason")])
+    limits = []
+
+    def serve():
+        asked.wait(10)
+        recorder.serve(lambda task, limit: (limits.append(limit), next(served))[1])
+
+    server = threading.Thread(target=serve)
+    server.start()
+    out = collect.recorded(sub, cases, recorder=recorder)  # type: ignore[arg-type]
+    server.join(10)
+    assert limits == [c.check.time_limit_s for c in cases[:2]]  # (each with its case's limit; none after a failure)
+    assert str(out["case0"]).startswith("a malformed record")  # (taken from the correctness worker: parsed, never a verdict)
+    if stop == "timeout":  # (it would time out again: not run again)
+        assert out["case1"] == "the recording run failed: timeout: the reason"
+    assert separate == [given[1 if stop == "crashed" else 2:]]  # (one worker of their own for the rest)
+    assert all(str(out[f"case{k}"]).startswith("a malformed record") for k in range(1 if stop == "crashed" else 2, 4))
+
+
 def test_a_baselines_case_is_replayed_once_kept_apart_and_never_taken_by_the_profiler_path(memory_types_build, replayer, tmp_path):
     """The replayer measures the baselines' cases too, so that a cold grade needs no profiler
     session for them: a case Nsight Compute's run of is kept is left to it; one the replayer kept
@@ -799,3 +898,48 @@ def test_the_baselines_cases_are_replayed_ahead_and_the_labs_wait_for_them(repla
     assert {n.split(" by Nsight Compute")[0] for n in told} == expected, notes
     assert all("the counter replayer is unavailable here" in n or "the recording run failed" in n for n in told), notes
     assert notes[0].startswith(f"replaying the baselines' {len(expected)} cases"), notes
+
+
+def test_the_counter_family_serves_its_recorder_with_the_worker_that_ran_the_cases():
+    """Once the cases are over, the counters' recorder runs what the replay asked in that worker,
+    each call within what is left of the submission's time; where the cases ended badly, nothing."""
+    from types import SimpleNamespace
+
+    from grader.checks.counters.replay.handoff import Recorder
+    from grader.checks.families.counters import RECORDER, CounterFamily
+
+    calls = []
+    worker = SimpleNamespace(run=lambda task, limit: (calls.append((task["n"], limit)), _served("ok", {}))[1])
+    for given, expected in ((worker, [(1, 7.0)]), (None, [])):
+        calls.clear()
+        recorder = Recorder()
+        assert recorder.ask([({"n": 1}, 30.0)])
+        tools = SimpleNamespace(sub=SimpleNamespace(time_left=lambda limit: min(limit, 7.0)), found={RECORDER: recorder})
+        CounterFamily().cases_over(tools, given)  # type: ignore[arg-type]
+        assert calls == expected and len(recorder.answer(0)) == len(expected)
+
+
+@pytest.mark.gpu
+def test_the_students_calls_are_recorded_by_the_worker_that_ran_the_correctness_cases(tmp_path, monkeypatch):
+    """On a GPU, a lab's replayed counters start no recording worker for the student: the records
+    come from the correctness worker, and every counter check is counted by the replayer."""
+    from grader.checks.counters.replay import collect
+    from grader.engine.grade import grade
+    from grader.host import gpu
+
+    if gpu.probe().gpu is None:
+        pytest.skip("needs a CUDA GPU")
+    own: list[str] = []
+    real = collect.run_under_tool
+
+    def counted(tool, task, dirs, limit, isolation):
+        own.append(str(dirs.outbox))
+        return real(tool, task, dirs, limit, isolation)
+
+    monkeypatch.setattr(collect, "run_under_tool", counted)
+    spec = find_lab("tiled_matmul")
+    report = grade(spec, spec.files.reference, GradeOptions(cache_dir=tmp_path / "cache", sanitizers=False, timing=False,
+                                                             reuse_tool_runs=False))
+    counter_checks = [c for c in report.checks if c.stage.value == "counters"]
+    assert counter_checks and all(c.measured.get("counted_by") == "replayer" for c in counter_checks), counter_checks
+    assert not [d for d in own if "/runs/" in d], own  # (the baselines' trusted recordings may run: not the student's)

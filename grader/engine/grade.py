@@ -155,11 +155,15 @@ class LabGrading:
         workers = self.workers = Workers(WorkerSession(sub.student_dirs(), isolation),
                                          baselines_worker(key_of(probe.gpu), isolation.for_baselines()),
                                          bool(spec.benchmark and spec.benchmark.checks and options.timing))
+        ended: WorkerSession | None = None
         try:
             with self.clock.stage(Stage.CORRECTNESS.value):
                 self._correctness(tools, workers)
+            ended = None if sub.moot.is_set() else workers.student
         finally:
             self._cases_over(self._correct())
+            for family in FAMILIES:
+                family.cases_over(tools, ended)
         self._keep_worker_for_timing(workers)
         return self
 

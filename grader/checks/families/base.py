@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 from ...isolation.options import GradeOptions, Progress
+from ...isolation.runner import WorkerSession
 from ...isolation.submission import Submission
 from ...labspec.spec import LabSpec
 from ...outcome import CheckResult, Outcome, Stage
@@ -112,6 +113,11 @@ class CheckFamily(ABC):
 
     def on_first_pass(self, tools: ToolStart) -> None:
         """Start what waits for a first passing correctness case."""
+        return None  # (none by default)
+
+    def cases_over(self, tools: ToolStart, worker: WorkerSession | None) -> None:
+        """The correctness cases are over; ``worker``, the one that ran them, may run its own calls
+        now, before it waits for the timing (None: the cases did not end well, nothing more runs in it)."""
         return None  # (none by default)
 
     # Once the tool runs are over. A family whose results bear on other families' checks says so

@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 from ...host import gputurns, toolchain
 from ...isolation.launch import Isolation
 from ...isolation.options import GradeOptions, Progress, archs_for, kernel_cache, probe_for, sandbox_for, work_folder
+from ...isolation.runner import WorkerSession
 from ...labspec.spec import LabSpec
 from ...outcome import GATE, CheckResult, Outcome, Stage, fmt_points
 from ..counters import launched, traffic
@@ -18,12 +19,14 @@ from ..counters.batch import EarlySession, ProfileBatch, all_kept, counted
 from ..counters.ncu import Profiles
 from ..counters.replay import service
 from ..counters.replay.collect import replay_baselines_ahead, replay_by
+from ..counters.replay.handoff import Recorder
 from ..sass import static_checks
 from .base import CheckFamily, Planned, Shared, ToolStart
 from .text import case_params
 
 ALL_KEPT = "counters.all_kept"  # (in ``ToolStart.found``) every profiled case kept from an earlier grade
 PROFILES = "counters.profiles"  # ... the student's profiled cases: counters, and what ran
+RECORDER = "counters.recorder"  # ... the replay's record tasks, for the correctness worker to run
 
 
 class CounterFamily(CheckFamily):
@@ -107,8 +110,16 @@ class CounterFamily(CheckFamily):
         tools.progress(f"[{spec.id}] counters: {what} ({how})")
         batch = tools.shared.get(self.name)
         assert batch is None or isinstance(batch, ProfileBatch)
+        recorder = tools.found[RECORDER] = Recorder()  # (the correctness worker records the replay's calls)
         tools.runs.run(Stage.COUNTERS, functools.partial(counted, sub, batch, tools.passed, profiles,
-                                                         options.reuse_tool_runs, replay_by(options, tools.progress)))
+                                                         options.reuse_tool_runs, replay_by(options, tools.progress, recorder)))
+
+    def cases_over(self, tools: ToolStart, worker: WorkerSession | None) -> None:
+        """The replay's calls recorded by the correctness worker, where the replay asked for them."""
+        recorder = tools.found.get(RECORDER)
+        if isinstance(recorder, Recorder):
+            sub = tools.sub
+            recorder.serve(None if worker is None else lambda task, limit: worker.run(task, sub.time_left(limit)))
 
     def rejudged(self, tools: ToolStart, checks: list[CheckResult]) -> list[CheckResult]:
         """The compiled-code checks judged again on the kernels the counters saw run; where they

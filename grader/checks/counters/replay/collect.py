@@ -1,7 +1,8 @@
 """A lab's counter cases measured by the replayer instead of Nsight Compute (``--counters replay``).
 
 For the student's cases of a lab (the same cases, with the same metrics, that the profiler would
-run): one sandboxed worker calls the launcher on each case's inputs with the support file
+run): the worker that ran the lab's correctness cases, once they are over (``handoff``), or else a
+sandboxed worker of their own, calls the launcher on each case's inputs with the support file
 recording; each record is parsed (``record``), held against the compiled device code (``cubin``)
 and planned onto the grader's buffers (``plan``); the replayer profiles every case of the lab in
 one task; each case's replayed outputs are compared with the oracle, and only a replay that
@@ -44,6 +45,7 @@ from ....isolation.build import baseline_library
 from ....isolation.compilerlog import demangle
 from ....isolation.launch import Isolation
 from ....isolation.options import GradeOptions, archs_for, kernel_cache, probe_for, sandbox_for, secret_of, work_folder
+from ....isolation.replies import Reply
 from ....isolation.submission import Submission
 from ....isolation.toolrun import run_under_tool
 from ....labspec.labs import load_problem
@@ -55,6 +57,7 @@ from ...correctness import launcher_spec, tool_task
 from .. import launched
 from ..ncu import CaseKey, CounterRun, Profiles, baseline_key, cache_path, cached, store
 from . import cubin, service
+from .handoff import Recorder
 from .plan import ArraySlot, ReplayPlan, Unreplayable, plan_call
 from .record import CallRecord, MalformedRecord, parse
 from .task import CaseTask, task_text
@@ -75,9 +78,11 @@ class _Case:
     slots: tuple[Slot, ...]
 
 
-def replay_by(options: GradeOptions, note: Note) -> Callable[[Submission, Profiles], dict[tuple[str, CaseKey], CounterRun]] | None:
-    """What measures a lab's cases before the profiler under ``options`` (None: the profiler alone)."""
-    return functools.partial(replayed, note=note) if options.counter_source == "replay" else None
+def replay_by(options: GradeOptions, note: Note, recorder: Recorder | None = None
+              ) -> Callable[[Submission, Profiles], dict[tuple[str, CaseKey], CounterRun]] | None:
+    """What measures a lab's cases before the profiler under ``options`` (None: the profiler alone);
+    ``recorder``: the lab's correctness worker records the student's cases."""
+    return functools.partial(replayed, note=note, recorder=recorder) if options.counter_source == "replay" else None
 
 
 def array_slots(slots: tuple[Slot, ...]) -> tuple[ArraySlot, ...]:
@@ -87,7 +92,7 @@ def array_slots(slots: tuple[Slot, ...]) -> tuple[ArraySlot, ...]:
                  for s in slots)
 
 
-def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str, CaseKey], CounterRun]:
+def replayed(sub: Submission, profiles: Profiles, note: Note, recorder: Recorder | None = None) -> dict[tuple[str, CaseKey], CounterRun]:
     """The cases in ``profiles`` not settled yet, measured by the replayer: a run for each case it
     measured, by whose it is (``student``, ``baseline NAME``) and case; ``note`` is told why each
     other student's case goes to the profiler. A baseline's run is kept for later grades."""
@@ -109,7 +114,7 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str,
         # by side on the CPU: a timed case's are large), the replays in turn (the replayer's lock)
         try:
             with ThreadPoolExecutor(max_workers=1 + len(sub.spec.baseline_names), thread_name_prefix="replay") as pool:
-                mine = pool.submit(carried(_replayed_student), sub, cases, replayer, folder / "student", why) if cases else None
+                mine = pool.submit(carried(_replayed_student), sub, cases, replayer, folder / "student", why, recorder) if cases else None
                 replayer.ahead_done(sub.time_left(AHEAD_WAIT_S))  # (the baselines' cases replayed ahead are kept by now)
                 theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / f"baseline-{name}", note)
                           for name, (base, base_cases) in _baseline_cases(sub, profiles, runs).items()]
@@ -126,10 +131,10 @@ def replayed(sub: Submission, profiles: Profiles, note: Note) -> dict[tuple[str,
 
 
 def _replayed_student(sub: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
-                      why: dict[str, str]) -> dict[tuple[str, CaseKey], CounterRun]:
+                      why: dict[str, str], recorder: Recorder | None) -> dict[tuple[str, CaseKey], CounterRun]:
     """The student's cases replayed; ``why`` is told why the others are not."""
     try:
-        return {("student", key): run for key, run in _replay(sub, cases, replayer, folder, why).items()}
+        return {("student", key): run for key, run in _replay(sub, cases, replayer, folder, why, recorder=recorder).items()}
     except (service.ServiceError, GraderError, OSError, ValueError) as exc:  # (the grader's side failed: say so)
         why.update({case.check.id: f"{type(exc).__name__}: {exc}" for case in cases})
         return {}
@@ -240,9 +245,9 @@ def kept_baseline_file(base: Submission, case: _Case) -> Path:
 
 
 def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
-            why: dict[str, str], trusted: bool = False) -> dict[CaseKey, CounterRun]:
+            why: dict[str, str], trusted: bool = False, recorder: Recorder | None = None) -> dict[CaseKey, CounterRun]:
     folder.mkdir()
-    records = recorded(sub, cases, trusted)
+    records = recorded(sub, cases, trusted, recorder)
     try:
         modules = cubin.extract(sub.library, folder / "cubins", sub.gpu.arch)
     except cubin.CubinError as exc:
@@ -282,24 +287,40 @@ def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, fol
     return runs
 
 
-def recorded(sub: Submission, cases: list[_Case], trusted: bool = False) -> dict[str, CallRecord | str]:
-    """Each case's call recorded by one worker (check id -> record, or why there is none): sandboxed,
-    in the folders of the student's runs; or ``trusted`` (a baseline), in the trusted runs' own."""
+def recorded(sub: Submission, cases: list[_Case], trusted: bool = False,
+             recorder: Recorder | None = None) -> dict[str, CallRecord | str]:
+    """Each case's call recorded (check id -> record, or why there is none): by the lab's
+    correctness worker once its cases are over, where ``recorder`` takes them; the rest by one
+    worker of their own, sandboxed, in the folders of the student's runs; or ``trusted`` (a
+    baseline), in the trusted runs' own."""
     name = f"replay-record{next(_RECORDINGS)}"
     dirs = sub.trusted_dirs().sub(name) if trusted else sub.tool_dirs(name)
     tasks = [record_task(tool_task(sub, case.check, dirs.sub(f"case{i}"))) for i, case in enumerate(cases)]
-    limit = sub.time_left(max(case.check.time_limit_s for case in cases))
-    run = run_under_tool([], marked_tasks(tasks, [1] * len(tasks)), dirs, limit, sub.isolation)
-    failure = run.failure("the recording run ended early", trusted)
-    results = run.result.results if run.result is not None else None
+    replies: dict[int, Reply | str] = {}
+    if recorder is not None and recorder.ask([(task, case.check.time_limit_s) for task, case in zip(tasks, cases)]):
+        for i, served in enumerate(recorder.answer(sub.time_left())):
+            if served.status == Status.OK.value and served.reply is not None:
+                replies[i] = served.reply
+            elif served.status == Status.TIMEOUT.value:  # (it would time out again in a worker of its own)
+                replies[i] = served.reason
+    rest = [i for i in range(len(cases)) if i not in replies]
+    if rest:
+        limit = sub.time_left(max(cases[i].check.time_limit_s for i in rest))
+        run = run_under_tool([], marked_tasks([tasks[i] for i in rest], [1] * len(rest)), dirs, limit, sub.isolation)
+        failure = run.failure("the recording run ended early", trusted)
+        results = run.result.results if run.result is not None else None
+        for k, i in enumerate(rest):
+            result = results[k] if results is not None and k < len(results) else None
+            replies[i] = (result if result is not None and result.status == Status.OK else
+                          (result.error if result is not None else None) or failure or "no reply")
     out: dict[str, CallRecord | str] = {}
     for i, case in enumerate(cases):
-        result = results[i] if results is not None and i < len(results) else None
-        if result is None or result.status != Status.OK:
-            out[case.check.id] = f"the recording run failed: {(result.error if result is not None else None) or failure or 'no reply'}"[:500]
+        reply = replies[i]
+        if isinstance(reply, str):
+            out[case.check.id] = f"the recording run failed: {reply}"[:500]
             continue
         try:
-            out[case.check.id] = parse(result.record, [s.name for s in case.slots])
+            out[case.check.id] = parse(reply.record, [s.name for s in case.slots])
         except MalformedRecord as exc:
             out[case.check.id] = f"a malformed record ({exc})"
     return out
