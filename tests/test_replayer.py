@@ -536,6 +536,17 @@ def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_ty
     assert not (replayer.parent.parent.parent / "counters").exists() or not any((replayer.parent.parent.parent / "counters").iterdir())
     assert set(profiles.refused) == set(profiles.metrics)  # (each case's reason goes into its checks' report)
     assert all(r.startswith("the recording run failed") for r in profiles.refused.values()), profiles.refused
+    # the lab's cases ended badly (its worker may run nothing more): the replay records in a worker of its own
+    import threading
+
+    from grader.checks.counters.replay.handoff import Recorder
+
+    recorder, again = Recorder(), []
+    lab = threading.Thread(target=recorder.serve, args=(None,))
+    lab.start()
+    assert collect.replayed(sub, launched.profiles_for(spec), again.append, recorder) == {}
+    lab.join(5)
+    assert not lab.is_alive() and [n for n in again if "baseline:" not in n] == mine
 
 
 def test_a_counter_check_reports_what_counted_it_and_why_the_replayer_did_not(tmp_path):
@@ -711,11 +722,34 @@ def test_the_correctness_worker_runs_what_the_replay_asked_in_order_and_stops_at
     assert len(ran) == 2
 
 
+def test_a_lab_whose_cases_are_over_first_waits_for_the_ask_or_the_word_that_none_comes():
+    import threading
+
+    from grader.checks.counters.replay.handoff import Recorder
+
+    ran: list[int] = []
+    early = Recorder()
+    server = threading.Thread(target=early.serve, args=(lambda task, limit: (ran.append(task["n"]), _served("ok", {}))[1], 30.0))
+    server.start()
+    server.join(0.2)
+    assert server.is_alive()  # (a fast lab's cases are over before its counters ask)
+    assert early.ask([({"n": 1}, 1.0)])
+    server.join(10)
+    assert not server.is_alive() and ran == [1] and len(early.answer(0)) == 1
+    declined = Recorder()
+    server = threading.Thread(target=declined.serve, args=(lambda task, limit: pytest.fail("nothing was asked"), 30.0))
+    server.start()
+    declined.decline()  # (every case kept, or no replayer)
+    server.join(5)
+    assert not server.is_alive() and declined.answer(0) == []
+    assert not declined.ask([({"n": 1}, 1.0)])
+
+
 def test_a_recorder_served_before_it_is_asked_or_with_no_worker_runs_nothing():
     from grader.checks.counters.replay.handoff import Recorder
 
     late = Recorder()
-    late.serve(lambda task, limit: pytest.fail("nothing was asked"))
+    late.serve(lambda task, limit: pytest.fail("nothing was asked"), 0.05)  # (no ask within the wait)
     assert not late.ask([({"n": 1}, 1.0)])  # (the replay records in a worker of its own)
     ended = Recorder()
     assert ended.ask([({"n": 1}, 1.0)])

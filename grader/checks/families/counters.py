@@ -19,7 +19,7 @@ from ..counters.batch import EarlySession, ProfileBatch, all_kept, counted
 from ..counters.ncu import Profiles
 from ..counters.replay import service
 from ..counters.replay.collect import replay_baselines_ahead, replay_by
-from ..counters.replay.handoff import Recorder
+from ..counters.replay.handoff import ASK_WAIT_S, Recorder
 from ..sass import static_checks
 from .base import CheckFamily, Planned, Shared, ToolStart
 from .text import case_params
@@ -110,8 +110,10 @@ class CounterFamily(CheckFamily):
         tools.progress(f"[{spec.id}] counters: {what} ({how})")
         batch = tools.shared.get(self.name)
         assert batch is None or isinstance(batch, ProfileBatch)
-        recorder = tools.found[RECORDER] = Recorder()  # (the correctness worker records the replay's calls)
-        tools.runs.run(Stage.COUNTERS, functools.partial(counted, sub, batch, tools.passed, profiles,
+        recorder = None
+        if options.counter_source == "replay":  # (the correctness worker records the replay's calls)
+            recorder = tools.found[RECORDER] = Recorder()
+        tools.runs.run(Stage.COUNTERS, functools.partial(_counted, recorder, sub, batch, tools.passed, profiles,
                                                          options.reuse_tool_runs, replay_by(options, tools.progress, recorder)))
 
     def cases_over(self, tools: ToolStart, worker: WorkerSession | None) -> None:
@@ -119,7 +121,8 @@ class CounterFamily(CheckFamily):
         recorder = tools.found.get(RECORDER)
         if isinstance(recorder, Recorder):
             sub = tools.sub
-            recorder.serve(None if worker is None else lambda task, limit: worker.run(task, sub.time_left(limit)))
+            recorder.serve(None if worker is None else lambda task, limit: worker.run(task, sub.time_left(limit)),
+                           sub.time_left(ASK_WAIT_S))
 
     def rejudged(self, tools: ToolStart, checks: list[CheckResult]) -> list[CheckResult]:
         """The compiled-code checks judged again on the kernels the counters saw run; where they
@@ -148,6 +151,16 @@ class CounterFamily(CheckFamily):
     def joined(self, tools: ToolStart | None, timings: dict[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
         """Each timed kernel's DRAM traffic, where the counters measured it."""
         return traffic.joined(tools.sub.spec, timings, profiles_of(tools)) if tools is not None else timings
+
+
+def _counted(recorder: Recorder | None, *args: Any) -> list[CheckResult]:
+    """``counted(*args)``; the lab's correctness worker is then told that no record will be asked
+    for, whatever became of the replay (a word it waits for, at most ``handoff.ASK_WAIT_S``)."""
+    try:
+        return counted(*args)
+    finally:
+        if recorder is not None:
+            recorder.decline()
 
 
 def profiled(spec: LabSpec, options: GradeOptions) -> bool:

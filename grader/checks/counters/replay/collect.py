@@ -103,10 +103,14 @@ def replayed(sub: Submission, profiles: Profiles, note: Note, recorder: Recorder
             cases.append(_Case(key, check, metrics, _slots(sub, check)))
     runs: dict[tuple[str, CaseKey], CounterRun] = {}
     why: dict[str, str] = {}
+    if recorder is not None and not cases:
+        recorder.decline()  # (every case kept: nothing to record)
     try:
         replayer = service.replayer_for(sub.gpu, sub.archs, sub.isolation.sandbox, sub.cache_dir)
         folder = replayer.task_folder()
     except (service.ServiceError, GraderError, OSError) as exc:
+        if recorder is not None:
+            recorder.decline()
         why = {case.check.id: str(exc) for case in cases}
         _baseline_cases(sub, profiles, runs)  # (those kept from an earlier grade still count)
     else:
@@ -138,6 +142,9 @@ def _replayed_student(sub: Submission, cases: list[_Case], replayer: service.Rep
     except (service.ServiceError, GraderError, OSError, ValueError) as exc:  # (the grader's side failed: say so)
         why.update({case.check.id: f"{type(exc).__name__}: {exc}" for case in cases})
         return {}
+    finally:
+        if recorder is not None:
+            recorder.decline()  # (where it failed before asking)
 
 
 def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
