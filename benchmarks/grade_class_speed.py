@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -104,30 +106,37 @@ def build_class(folder: Path, count: int) -> list[str]:
 
 
 class BusySampler:
-    """NVML utilisation of the GPUs graded on, sampled every ``period`` seconds."""
+    """NVML utilisation of the GPUs graded on, and the share of the host's CPU time in use, sampled
+    every ``period`` seconds: where both stay low, a class's time goes to waiting (one step after
+    another on a student's path), not to a busy GPU or busy cores."""
 
     def __init__(self, indices: list[int], period: float = 0.5) -> None:
         self.indices, self.period = indices, period
         self.samples: dict[int, list[float]] = {i: [] for i in indices}
         self.memory: list[float] = []  # share of a GPU's memory in use
+        self.cpu: list[float] = []  # percent of all the host's CPU time, since the sample before
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        import pynvml  # nvidia-ml-py: only where there is a GPU
+        handles = []
+        if self.indices:
+            import pynvml  # nvidia-ml-py: only where there is a GPU
 
-        pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices]
+        psutil.cpu_percent()  # (the first call starts the count)
         while not self._stop.wait(self.period):
+            self.cpu.append(psutil.cpu_percent())
             for i, h in zip(self.indices, handles):
                 self.samples[i].append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
                 info = pynvml.nvmlDeviceGetMemoryInfo(h)
                 self.memory.append(info.used / info.total if info.total else 0.0)
-        pynvml.nvmlShutdown()
+        if self.indices:
+            pynvml.nvmlShutdown()
 
     def __enter__(self) -> "BusySampler":
-        if self.indices:
-            self._thread.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -238,6 +247,12 @@ def print_busy(sampler: BusySampler) -> None:
     print(f"GPU memory in use at most {max(sampler.memory, default=0.0):.0%}")
 
 
+def print_cpu(sampler: BusySampler) -> None:
+    cpu = statistics.fmean(sampler.cpu) if sampler.cpu else 0.0
+    print(f"CPUs busy: {cpu:.0f}% of {psutil.cpu_count()} CPUs' time on average ({len(sampler.cpu)} samples), "
+          f"{max(sampler.cpu, default=0.0):.0f}% at most")
+
+
 def _labs(out: Path) -> list[dict[str, Any]]:
     return [lab for report in sorted((out / STUDENTS_DIR).glob("*/report.json"))
             for lab in json.loads(report.read_text())["labs"]]
@@ -317,6 +332,7 @@ def slowest(log: Path, count: int = 3) -> list[str]:
 def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1) -> None:
     """The run's figures besides its wall time: the GPU's (busy, health gate, serial work), the
     stages', and the slowest students."""
+    print_cpu(sampler)
     if on_gpu:
         print_busy(sampler)
         print_gate_waits(out)

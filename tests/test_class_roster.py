@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -462,7 +463,11 @@ def test_the_class_benchmark_grades_alone_in_slices_and_compares_them_together(t
 
     early = run("--alone-only", "--shard", "1/2")
     assert early.returncode == 2 and "a class already built" in early.stderr
-    assert run("--no-compare").returncode == 0
+    graded = run("--no-compare")
+    assert graded.returncode == 0, graded.stderr
+    busy = re.search(r"^CPUs busy: (\d+)% of (\d+) CPUs' time on average \((\d+) samples\), (\d+)% at most$", graded.stdout, re.M)
+    assert busy is not None, graded.stdout  # (where the time goes without a GPU: the CPUs' share, sampled)
+    assert int(busy[3]) >= 1 and 0 <= int(busy[1]) <= int(busy[4]) <= 100
     slices = [subprocess.Popen([*bench, "--resume", "--alone-only", "--shard", f"{i}/2"], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL) for i in (1, 2)]
     assert [one.wait(300) for one in slices] == [0, 0]
