@@ -436,6 +436,14 @@ def lock_held():
             return True
         fcntl.flock(f, fcntl.LOCK_UN)
         return False
+open(STARTS, "a").write(json.dumps({"lock_held": lock_held()}) + "\\n")
+if os.path.exists(STARTS + ".busy"):  # (another profiler has the counters, once)
+    os.remove(STARTS + ".busy")
+    say({"status": "unavailable", "reason": "the GPU's counters are not available: CUPTI_ERROR_HARDWARE_BUSY"})
+    sys.exit(0)
+if os.path.exists(STARTS + ".none"):
+    say({"status": "unavailable", "reason": "no CUDA device"})
+    sys.exit(0)
 say({"status": "ready", "chip": "GH100"})
 for line in sys.stdin:
     if line.startswith("quit"):
@@ -464,19 +472,60 @@ for line in sys.stdin:
 """
 
 
+def stand_in_locks(tmp_path, monkeypatch):
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o700)
+    monkeypatch.setenv("GRADER_LOCK_DIR", str(locks))
+    return locks
+
+
+def write_stand_in(tmp_path, locks):
+    """STAND_IN at ``tmp_path / "replay"``: its notes in ``notes``, its starts in ``starts``."""
+    import sys
+
+    stand_in = tmp_path / "replay"
+    stand_in.write_text(STAND_IN.replace("PYTHON", sys.executable).replace("LOCK", repr(str(locks / "grader-ncu.lock")), 1)
+                        .replace("NOTES", repr(str(tmp_path / "notes")), 1).replace("STARTS", repr(str(tmp_path / "starts"))))
+    stand_in.chmod(0o755)
+    return stand_in
+
+
+def test_a_replayer_starts_holding_the_profiling_lock_and_a_busy_gpu_is_tried_again(tmp_path, monkeypatch):
+    """Its start asks whether the counters are free, so it holds the GPU's profiling lock (two
+    seats of a class started their replayers while the other profiled: CUDA said the counters were
+    busy, and every student went to Nsight Compute). Where they are busy all the same, the cases
+    of that task say so and the next task starts it again; any other reason stands."""
+    locks = stand_in_locks(tmp_path, monkeypatch)
+    stand_in = write_stand_in(tmp_path, locks)
+    (tmp_path / "starts.busy").touch()
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    runner = service.Replayer(stand_in, stage, Sandbox(None, reason="off"))
+    asked = {"c0": ("a.sum",)}
+    text = "task t /x.cubin\ncase c0\nrun\nend\n"
+    try:
+        busy = runner.run(text, asked, 30.0)
+        assert busy["c0"].reason == ("the counter replayer is unavailable here: the GPU's counters are not available: "
+                                     "CUPTI_ERROR_HARDWARE_BUSY") and runner.proc is None and not runner.unavailable
+        assert runner.run(text, asked, 30.0)["c0"].values == {"a.sum": 7.0}
+        starts = [json.loads(line) for line in (tmp_path / "starts").read_text().splitlines()]
+        assert starts == [{"lock_held": True}, {"lock_held": True}]
+    finally:
+        runner.close()
+
+    (tmp_path / "starts.none").touch()
+    for _ in range(2):
+        none = runner.run(text, asked, 30.0)
+        assert none["c0"].reason == "the counter replayer is unavailable here: no CUDA device" and runner.proc is None
+    assert len((tmp_path / "starts").read_text().splitlines()) == 3  # (not started again)
+
+
 def test_a_task_is_prepared_outside_the_profiling_lock_and_profiled_inside_it(tmp_path, monkeypatch):
     """The replayer's protocol, against a stand-in that speaks it (the real one runs in the GPU tests):
     only the profiling holds the GPU's profiling lock; an answer out of shape, or a replayer that
     stops answering, fails every case of the task with the reason and ends the process."""
-    import sys
-
-    locks = tmp_path / "locks"
-    locks.mkdir(mode=0o700)
-    monkeypatch.setenv("GRADER_LOCK_DIR", str(locks))
-    stand_in = tmp_path / "replay"
-    stand_in.write_text(STAND_IN.replace("PYTHON", sys.executable).replace("LOCK", repr(str(locks / "grader-ncu.lock")), 1)
-                        .replace("NOTES", repr(str(tmp_path / "notes")), 1))
-    stand_in.chmod(0o755)
+    locks = stand_in_locks(tmp_path, monkeypatch)
+    stand_in = write_stand_in(tmp_path, locks)
     stage = tmp_path / "stage"
     stage.mkdir()
     runner = service.Replayer(stand_in, stage, Sandbox(None, reason="off"))

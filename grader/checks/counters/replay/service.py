@@ -44,6 +44,10 @@ SOURCE = Path(__file__).parents[3] / "cuda" / "replay.cu"
 BUILD_TIME_LIMIT_S = 300.0
 START_TIME_LIMIT_S = 60.0
 PLAN_TIME_LIMIT_S = 60.0
+#: The longest a start waits for the GPU's profiling lock (another grader's profiler runs end well within it).
+START_WAIT_S = 600.0
+#: What CUPTI says where another process holds the GPU's counters.
+BUSY = "CUPTI_ERROR_HARDWARE_BUSY"
 #: The CUPTI headers the replayer needs (CUDA 12.6 and newer ship the Range Profiler).
 CUPTI_HEADER = "cupti_range_profiler.h"
 
@@ -154,12 +158,27 @@ class Replayer:
         if ahead is not None and ahead is not threading.current_thread():
             ahead.join(wait_s)
 
-    def _started(self) -> None:
-        if self.proc is None and not self.unavailable:
-            with gputurns.step():
-                self._start()
+    def _started(self) -> str:
+        """Start the process where none runs: "" once it runs, else why not.
 
-    def _start(self) -> None:
+        Its start asks whether the GPU's counters are free, so it holds the GPU's profiling lock
+        (the lock, then the turn): a replayer started while another grader's profiled was told
+        the counters were busy (CUPTI_ERROR_HARDWARE_BUSY), and every student of that class lane
+        went to Nsight Compute. A start refused so all the same (a profiler outside the grader's
+        locks) is tried again at the next task; any other reason stands for the run."""
+        if self.proc is not None or self.unavailable:
+            return self.unavailable
+        try:
+            with profiling_lock(START_WAIT_S, lock_folder(self.gpu)), gputurns.step():
+                why = self._start()
+        except TimeoutError as exc:
+            return f"the counter replayer could not start: {exc}"
+        if BUSY not in why:
+            self.unavailable = why
+        return why
+
+    def _start(self) -> str:
+        """Start the process: "" once it is ready, else why not (it is ended then)."""
         # Answers come through a pipe of their own: what a student's kernel printfs goes to standard output.
         answers, theirs = os.pipe()
         cmd = self.sandbox.wrap([str(self.binary), "--answers", str(theirs)],
@@ -177,10 +196,10 @@ class Replayer:
         first = self._answer(START_TIME_LIMIT_S)
         if first.get("status") == "ready" and isinstance(first.get("chip"), str):
             self.ready = first
-            return
+            return ""
         self.close(kill=True)
         why = first.get("reason") if first.get("status") == "unavailable" else first.get("problem")
-        self.unavailable = f"the counter replayer is unavailable here: {str(why)[:300] or 'it did not start'}"
+        return f"the counter replayer is unavailable here: {str(why)[:300] or 'it did not start'}"
 
     @staticmethod
     def _read(pipe: BinaryIO, lines: queue.Queue[bytes | None]) -> None:
@@ -216,9 +235,9 @@ class Replayer:
         with the GPU's profiling lock held (the lock first, then the turn, as for a profiler run),
         profiles it, then writes the outputs and answers; only the profiling is exclusive."""
         with self._lock:
-            self._started()
+            why_not = self._started()
             if self.proc is None:
-                return {case: CaseResult(case, reason=self.unavailable) for case in metrics}
+                return {case: CaseResult(case, reason=why_not or "the counter replayer did not start") for case in metrics}
             results: dict[str, CaseResult] = {}
             deadline = time.monotonic() + limit_s
             with gputurns.step():
