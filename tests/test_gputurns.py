@@ -243,7 +243,8 @@ def test_a_step_waiting_when_its_own_process_s_timing_begins_goes_on_inside_it(t
 def test_a_repository_times_its_labs_in_one_turn_of_its_own_once_their_tool_runs_are_over(monkeypatch, tmp_path):
     """The engine's side: each lab's background runs are waited for first (they are this student's
     steps: a timing waiting on them while they wait for a turn would never end), then the labs are
-    opened and timed inside one timing turn."""
+    opened beside other students' GPU work, timed inside one timing turn, and the last lab's check
+    (CPU work: memory_types' oracle takes up to 2.5 s) waited for once the turn is over."""
     from types import SimpleNamespace
 
     from grader.engine import repo
@@ -256,12 +257,22 @@ def test_a_repository_times_its_labs_in_one_turn_of_its_own_once_their_tool_runs
         seen.append(f"tools of a lab, inside a timing: {turns._timing}")
         return []
 
+    def opened(started, reports):
+        seen.append(f"opened {len(started)} labs, inside a timing: {turns._timing}")
+        return started
+
+    def timed(opened, reports, options, gate, scorer):
+        seen.append(f"timed {len(opened)} labs, inside a timing: {turns._timing}")
+        return ["scoring"]
+
     gradings = [(i, SimpleNamespace(sub=None, wait_tools=wait_tools, sessions=lambda: [])) for i in range(2)]
-    monkeypatch.setattr(repo, "_open_and_time", lambda started, reports, options, gate: seen.append(
-        f"timed {len(started)} labs, inside a timing: {turns._timing}"))
+    monkeypatch.setattr(repo, "_opened", opened)
+    monkeypatch.setattr(repo, "_timed", timed)
+    monkeypatch.setattr(repo, "_scored", lambda scoring, reports: seen.append(f"scored {scoring}, inside a timing: {turns._timing}"))
     with entered(replace(current(), turns=turns)):
         repo._time_in_turn(gradings, [None, None], GradeOptions(gpu=False), None)
-    assert seen == ["tools of a lab, inside a timing: False"] * 2 + ["timed 2 labs, inside a timing: True"]
+    assert seen == ["tools of a lab, inside a timing: False"] * 2 + [
+        "opened 2 labs, inside a timing: False", "timed 2 labs, inside a timing: True", "scored ['scoring'], inside a timing: False"]
 
 
 def test_a_long_wait_for_a_turn_is_told_to_the_student_s_progress(tmp_path, monkeypatch):

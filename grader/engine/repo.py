@@ -226,47 +226,65 @@ def _time_in_turn(started: list[tuple[int, LabGrading]], reports: list[LabReport
     generated, libraries loaded: nothing timed), then time each alone, in turn; its timed output
     is checked on the CPU beside the next lab's timing (the memory_types oracle alone takes
     1.5-2.5 s). The labs' workers end together after the last, in the background: no exit
-    releases a CUDA context beside a timed call."""
+    releases a CUDA context beside a timed call.
+
+    Where students share the GPU (a class lane's turns), only the timed calls have it alone: the
+    opening is GPU work beside theirs, and the last check runs once the GPU is theirs again."""
     sessions = [(key_of(g.sub.gpu), s) for _, g in started if g.sub is not None for s in g.sessions()]
     for _, grading in started:
         with contextlib.suppress(Exception):  # (opening the timing meets the same failure and reports it)
             grading.wait_tools()  # this student's tool runs end before the timing has the GPU alone
     try:
-        with gputurns.timing():  # other students' GPU work on this GPU waits (a class lane's turns)
-            _open_and_time(started, reports, options, before_timing)
+        opened = _opened(started, reports)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
+            with gputurns.timing():  # other students' GPU work on this GPU waits (a class lane's turns)
+                scoring = _timed(opened, reports, options, before_timing, scorer)
+            _scored(scoring, reports)
     finally:
         for gpu in {gpu for gpu, _ in sessions}:
             TEARDOWNS.start(gpu, *(s for g, s in sessions if g == gpu))
 
 
-def _open_and_time(started: list[tuple[int, LabGrading]], reports: list[LabReport | None], options: GradeOptions,
-                   before_timing: TimingGate | None) -> None:
+def _opened(started: list[tuple[int, LabGrading]], reports: list[LabReport | None]) -> list[tuple[int, LabGrading]]:
+    """The labs whose timings opened, together, in the order they are timed (``scoring_first``);
+    a lab whose opening failed has its report."""
     with ThreadPoolExecutor(max_workers=max(1, len(started)), thread_name_prefix="open") as pool:
         failed = list(pool.map(carried(_open), [grading for _, grading in started]))
     for (i, grading), exc in zip(started, failed):
         if exc is not None:
             reports[i] = _crashed(grading.whole, grading.name, exc)
-    started = scoring_first([(i, grading) for (i, grading), exc in zip(started, failed) if exc is None])
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="score") as scorer:
-        scoring = []
-        for i, grading in started:
-            try:
-                note, asked = "", time.monotonic()
-                if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
-                    note = before_timing(grading.spec)
-                gate_s = time.monotonic() - asked
-                scoring.append((i, grading, note, gate_s, scorer.submit(carried(grading.timed().report))))
-            except Exception as exc:
-                grading.close()
-                reports[i] = _crashed(grading.whole, grading.name, exc)
-        for i, grading, note, gate_s, future in scoring:
-            try:
-                report = reports[i] = after_gate(future.result(), note, gate_s)
-                if SPEED_CHECK in report.stage_seconds:  # (a lab not timed says nothing of its check)
-                    current().scoring_s[report.lab] = report.stage_seconds[SPEED_CHECK]
-            except Exception as exc:
-                grading.close()
-                reports[i] = _crashed(grading.whole, grading.name, exc)
+    return scoring_first([(i, grading) for (i, grading), exc in zip(started, failed) if exc is None])
+
+
+Scoring = tuple[int, LabGrading, str, float, Future[LabReport]]
+
+
+def _timed(opened: list[tuple[int, LabGrading]], reports: list[LabReport | None], options: GradeOptions,
+           before_timing: TimingGate | None, scorer: ThreadPoolExecutor) -> list[Scoring]:
+    """Time each opened lab in turn; each is scored by ``scorer`` beside the next one's timing."""
+    scoring: list[Scoring] = []
+    for i, grading in opened:
+        try:
+            note, asked = "", time.monotonic()
+            if before_timing is not None and grading.sub is not None and grading.spec.benchmark and options.timing:
+                note = before_timing(grading.spec)
+            gate_s = time.monotonic() - asked
+            scoring.append((i, grading, note, gate_s, scorer.submit(carried(grading.timed().report))))
+        except Exception as exc:
+            grading.close()
+            reports[i] = _crashed(grading.whole, grading.name, exc)
+    return scoring
+
+
+def _scored(scoring: list[Scoring], reports: list[LabReport | None]) -> None:
+    for i, grading, note, gate_s, future in scoring:
+        try:
+            report = reports[i] = after_gate(future.result(), note, gate_s)
+            if SPEED_CHECK in report.stage_seconds:  # (a lab not timed says nothing of its check)
+                current().scoring_s[report.lab] = report.stage_seconds[SPEED_CHECK]
+        except Exception as exc:
+            grading.close()
+            reports[i] = _crashed(grading.whole, grading.name, exc)
 
 
 SPEED_CHECK = f"{Stage.SPEED.value}.check"
