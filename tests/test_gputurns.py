@@ -168,6 +168,47 @@ def test_seats_whose_steps_wait_on_each_other_all_finish_and_no_timing_overlaps_
                 assert not beside, f"seat {k}'s timing {a:.3f}-{b:.3f} ran beside {beside[:2]}"
 
 
+def _until_timing_waits(folder: Path, limit_s: float = 20.0) -> None:
+    """Until a timing waits for the turnstile (the waiting lock held shared)."""
+    path = lock_place("GPU-test", folder).path(gputurns.WAITING)
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        finally:
+            os.close(fd)
+        time.sleep(0.01)
+    raise AssertionError("no timing ever waited")
+
+
+def test_a_waiting_timing_goes_before_the_next_work_of_the_seat_that_just_timed(tmp_path):
+    """A seat that has timed goes on to its next student's GPU work; another seat's timing that
+    waited meanwhile goes first. (Racing it for the turnstile, the next student's first step often
+    won, and the waiting timing then waited out that student's whole GPU work: two seats graded a
+    class no faster than one.) Steps of a process with steps in flight still go on beside it."""
+    turns = gputurns.Turns(lock_place("GPU-test", tmp_path), wait_s=20)
+    timed = tmp_path / "timed"
+    with turns.timing():
+        other = _start(tmp_path, "timing", 0.5, timed)
+        _until_timing_waits(tmp_path)
+    with turns.step():
+        began = time.time()
+    assert other.wait(30) == 0
+    assert began >= _span(timed)[1], "the next step began only once the waiting timing had ended"
+
+    step = tmp_path / "step"
+    with turns.step():  # a step in flight here: the waiting timing waits for it, and for the steps it starts
+        other = _start(tmp_path, "timing", 0.1, tmp_path / "timed2")
+        _until_turnstile_held(tmp_path)
+        with turns.step():
+            step.write_text(f"{time.time()}")
+    assert other.wait(30) == 0
+    assert float(step.read_text()) <= _span(tmp_path / "timed2")[0]
+
+
 def test_the_timing_process_passes_its_own_steps_and_waits_for_its_own_steps_in_flight(tmp_path):
     turns = gputurns.Turns(lock_place("GPU-test", tmp_path))
     ended: list[float] = []

@@ -11,6 +11,11 @@ the timing first:
   starts more steps at once, without the turnstile;
 - a **timing** holds the turnstile, so that no new process's step starts, then takes the work lock
   alone once every step in flight has ended. The process that times passes its own steps.
+- a timing **waiting** for the turnstile holds a third lock shared, and a process with no step in flight
+  waits for that lock to be free before its first step: timings go before new work. Without it, a
+  seat that had just timed raced the waiting timing for the turnstile with its next student's
+  first step, often won, and the waiting timing then waited out that student's whole GPU work.
+  Now the seats' GPU work runs side by side, then their timings one after another.
 
 A process's steps may wait for one another: a shared sanitizer run of a student's labs is
 stopped once a lab's hung case has been run again, and that run is a step. Held at the
@@ -48,6 +53,8 @@ __all__ = ["TURNSTILE", "WORK", "Turns", "active", "step", "tell", "timing"]
 
 TURNSTILE = "grader-gpu-turnstile.lock"
 WORK = "grader-gpu-work.lock"
+#: Held shared by each timing while it waits for the turnstile.
+WAITING = "grader-gpu-timings-waiting.lock"
 #: The longest a step or a timing waits for its turn.
 WAIT_S = 3600.0
 POLL_S = (0.002, 0.02)  # the first pause between tries, and the longest
@@ -103,8 +110,13 @@ class Turns:
         # this process times (its own steps are part of it: a worker of the last student ending,
         # which the timing waits for), or a step within a step; with steps of its own in flight,
         # the process holds the work lock already and goes on beside them
-        turnstile = None if self._timing or depth else self._take(TURNSTILE, fcntl.LOCK_EX, "a timing to end",
-                                                                  unless=lambda: self._timing or self._steps > 0)
+        going_on = lambda: self._timing or self._steps > 0  # noqa: E731
+        turnstile = None
+        if not (self._timing or depth):
+            waiting = self._take(WAITING, fcntl.LOCK_EX, "the timings waiting to end", unless=going_on)
+            if waiting is not None:  # (no timing waits: let go at once)
+                os.close(waiting)
+            turnstile = self._take(TURNSTILE, fcntl.LOCK_EX, "a timing to end", unless=going_on)
         if turnstile is None and (self._timing or depth):
             self._local.depth = depth + 1
             try:
@@ -134,8 +146,13 @@ class Turns:
     @contextlib.contextmanager
     def timing(self) -> Iterator[None]:
         """Have the GPU alone: no new step starts, and those in flight (this process's too) end first."""
-        turnstile = self._take(TURNSTILE, fcntl.LOCK_EX, "another timing to end")
-        assert turnstile is not None
+        waiting = self._take(WAITING, fcntl.LOCK_SH, "a turn")  # (at once: only steps take it alone, for an instant)
+        assert waiting is not None
+        try:
+            turnstile = self._take(TURNSTILE, fcntl.LOCK_EX, "another timing to end")
+            assert turnstile is not None
+        finally:
+            os.close(waiting)  # (the turnstile holds new steps back from here)
         try:
             work = self._take(WORK, fcntl.LOCK_EX, "the steps of GPU work in flight to end")
             assert work is not None
