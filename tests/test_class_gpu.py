@@ -116,8 +116,10 @@ def test_every_gpu_gets_a_lane_and_the_lanes_grade_at_once(tmp_path):
 @pytest.mark.gpu
 def test_two_students_at_once_on_one_gpu_time_alone_and_get_what_each_gets_alone(tmp_path):
     """``--per-gpu 2``: two lanes share the GPU, their GPU work side by side and each timing alone:
-    no timing waits at the health gate for the other lane's processes, and every verdict but speed
-    (near a threshold, two timings may differ) is what grading the repository alone gives."""
+    no timing waits at the health gate for the other lane's processes, every verdict but speed
+    (near a threshold, two timings may differ) is what grading the repository alone gives, and
+    the references' counters come from each lane's replayer (each once started while the other
+    profiled, was told the counters were busy, and left every student to Nsight Compute)."""
     from grader.classroom import roster
     from grader.classroom.progress import Display
     from grader.classroom.run import ClassOptions, grade_class
@@ -139,3 +141,8 @@ def test_two_students_at_once_on_one_gpu_time_alone_and_get_what_each_gets_alone
                [(r["lab"], [(c["id"], c["outcome"]) for c in r["checks"] if c["stage"] != "speed"]) for r in in_class]
     ref = json.loads((out / "students" / "ref2" / "report.json").read_text())
     assert ref["score"] == ref["max_score"]
+    for sid in ("ref", "ref2", "ref3"):
+        labs = json.loads((out / "students" / sid / "report.json").read_text())["labs"]
+        counted = {(lab["lab"], c["id"]): (c["measured"].get("counted_by"), c["measured"].get("replayer_refused"))
+                   for lab in labs for c in lab["checks"] if c["stage"] == "counters"}
+        assert counted and all(by == ("replayer", None) for by in counted.values()), (sid, counted)
