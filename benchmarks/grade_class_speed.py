@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -314,6 +315,36 @@ def print_serial(out: Path, gpus: int) -> None:
               "at a time on an H100; not in the bound above)")
 
 
+_CASE = re.compile(r"^\[[\w-]+\] correctness \d+/\d+")
+_TIMING = re.compile(r"^\[[\w-]+\] timing against ")
+
+
+def phases(log: Path) -> str:
+    """From the class's lanes.log: the median student's time on its lane in four phases, over the
+    students whose labs were timed: from its start to its first correctness case, its cases,
+    its tool runs after them (the sanitizers, the replay), and its timing (the labs opened, the
+    wait for the GPU's turn, the timed calls and the checks). With several seats, the phase that
+    grows is where the seats wait on one another; "" where no student was timed."""
+    marks: dict[str, dict[str, float]] = {}
+    for seconds, _, student, text in read_log(log):
+        if student == "-":
+            continue
+        mark = marks.setdefault(student, {"start": seconds})
+        if _CASE.match(text):
+            mark.setdefault("first case", seconds)
+            mark["last case"] = seconds
+        elif _TIMING.match(text):
+            mark.setdefault("timing", seconds)
+        mark["end"] = seconds
+    order = ("start", "first case", "last case", "timing", "end")
+    timed = [m for m in marks.values() if all(k in m for k in order)]
+    if not timed:
+        return ""
+    spans = [statistics.median(m[b] - m[a] for m in timed) for a, b in zip(order, order[1:])]
+    return (f"a student's lane, median of {len(timed)} timed: {spans[0]:.1f} s to its first case, its cases {spans[1]:.1f} s, "
+            f"its tool runs after them {spans[2]:.1f} s, its timing (opened, its turn, timed, checked) {spans[3]:.1f} s")
+
+
 def slowest(log: Path, count: int = 3) -> list[str]:
     """From the class's lanes.log: the ``count`` students longest on their lane (or still on it),
     each with its longest pause between two steps and the step before it: where the time went."""
@@ -339,6 +370,9 @@ def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1) 
         print_retakes(out)
         print_serial(out, gpus)
     print_stages(out)
+    lane = phases(out / LANES_LOG)
+    if lane:
+        print(lane)
     for line in slowest(out / LANES_LOG):
         print(f"slowest: {line}")
 

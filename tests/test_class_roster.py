@@ -415,6 +415,30 @@ def test_the_class_benchmark_names_the_slowest_students_and_where_their_time_wen
     assert bench.slowest(tmp_path / "none.log") == []
 
 
+def test_the_class_benchmark_splits_a_students_lane_into_its_phases(tmp_path):
+    """From a class log: the median timed student's time to its first case, over its cases, in
+    the tool runs after them, and in its timing (with seats, the phase that grows is where they
+    wait on one another); students never timed are left out, and no timed student says nothing."""
+    from grader.classroom import progress
+
+    bench = _class_benchmark()
+    log = tmp_path / progress.LANES_LOG
+    lines = [(0.0, "gpu0", "-", "timing readied in 1.7 s")]
+    for k, (student, start) in enumerate((("ann", 1.0), ("bob", 20.0), ("cy", 40.0))):
+        lines += [(start, "gpu0", student, "starting"), (start + 0.5 + k, "gpu0", student, "[histogram] correctness 1/12: empty"),
+                  (start + 3.5 + k, "gpu0", student, "[memory_types] correctness 8/8: n=1048579,mask_width=15"),
+                  (start + 4.0 + k, "gpu0", student, "[memory_types] counters: the kernels that ran (the replayer)"),
+                  (start + 8.0 + 2 * k, "gpu0", student, "[histogram] timing against global_atomics, reference"),
+                  (start + 12.0 + 3 * k, "gpu0", student, f"[{k + 1}/4] {student}: 143/143 in 12.0 s on gpu0")]
+    lines += [(60.0, "gpu0", "stub", "starting"), (60.5, "gpu0", "stub", "[histogram] correctness 1/12: empty"),
+              (63.0, "gpu0", "stub", "[4/4] stub: 3/143 in 3.0 s on gpu0")]
+    log.write_text("".join(f"{t:9.1f}{progress.LOG_SEP}{lane}  {who}  {text}\n" for t, lane, who, text in lines))
+    assert bench.phases(log) == ("a student's lane, median of 3 timed: 1.5 s to its first case, its cases 3.0 s, "
+                                 "its tool runs after them 5.5 s, its timing (opened, its turn, timed, checked) 5.0 s")
+    log.write_text("".join(f"{t:9.1f}{progress.LOG_SEP}{lane}  {who}  {text}\n" for t, lane, who, text in lines[-3:]))
+    assert bench.phases(log) == "" and bench.phases(tmp_path / "none.log") == ""
+
+
 def _class_benchmark():
     import importlib.util
 
