@@ -194,6 +194,7 @@ def store(cache_file: Path, run: CounterRun, metrics: tuple[str, ...]) -> None:
     others a shared session collected) where ``profile`` finds them; nothing of another run."""
     if run.complete:
         values = {m: run.values[m] for m in metrics if m in run.values}
+        private_dir(cache_file.parent, "the counters cache")  # (made by ``cached`` too, which need not have been asked first)
         write_private(cache_file, json.dumps({"values": values, "kernels": list(run.kernels), "replayed": run.replayed}).encode())
 
 
