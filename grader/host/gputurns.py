@@ -49,7 +49,7 @@ from typing import Callable, Iterator
 from ..context import current
 from .hostlock import LockPlace, LockTimeout, open_lock_file
 
-__all__ = ["TURNSTILE", "WORK", "Turns", "active", "step", "tell", "timing"]
+__all__ = ["TURNSTILE", "WAITING", "WORK", "Turns", "active", "step", "tell", "timing"]
 
 TURNSTILE = "grader-gpu-turnstile.lock"
 WORK = "grader-gpu-work.lock"
@@ -110,7 +110,9 @@ class Turns:
         # this process times (its own steps are part of it: a worker of the last student ending,
         # which the timing waits for), or a step within a step; with steps of its own in flight,
         # the process holds the work lock already and goes on beside them
-        going_on = lambda: self._timing or self._steps > 0  # noqa: E731
+        def going_on() -> bool:
+            return self._timing or self._steps > 0
+
         turnstile = None
         if not (self._timing or depth):
             waiting = self._take(WAITING, fcntl.LOCK_EX, "the timings waiting to end", unless=going_on)

@@ -162,9 +162,9 @@ class Replayer:
         """Start the process where none runs: "" once it runs, else why not.
 
         Its start asks whether the GPU's counters are free, so it holds the GPU's profiling lock
-        (the lock, then the turn): a replayer started while another grader's profiled was told
-        the counters were busy (CUPTI_ERROR_HARDWARE_BUSY), and every student of that class lane
-        went to Nsight Compute. A start refused so all the same (a profiler outside the grader's
+        (the lock, then the turn): a class seat's replayer started while another seat's profiled
+        was told the counters were busy (CUPTI_ERROR_HARDWARE_BUSY), and every student of that
+        seat went to Nsight Compute. A start refused so all the same (a profiler outside the grader's
         locks) is tried again at the next task; any other reason stands for the run."""
         if self.proc is not None or self.unavailable:
             return self.unavailable
