@@ -1,0 +1,179 @@
+"""How processes share one GPU: what a class's seats find when they grade side by side.
+
+    python benchmarks/gpu_sharing.py [--at-once 1,2,4,8] [--calls 400] [--spin-ms 20]
+
+Two questions, each answered with small CUDA programs built here with the toolkit's nvcc:
+
+- **Tool runs side by side.** N copies at once of a small program (20 launches of a kernel that
+  uses shared memory), plain and under each compute-sanitizer tool the grader runs: the wall time
+  and each copy's. (On an H100, racecheck took 2.4 s alone and 10.0 s for 8 at once, memcheck
+  and synccheck 0.8 and 0.5 s alone and 1.8 s for 8: racecheck's runs largely go one at a time.)
+- **A chatty process beside a busy one.** The round trip of a tiny kernel and a device
+  synchronize (what each step of a correctness case pays, many times), alone, beside a process
+  whose kernels spin on one SM for ``--spin-ms`` each, and beside racecheck runs of the small
+  program. Kernels of separate processes take turns on a GPU without MPS: if a class's seats
+  slow one another by time-slicing, the round trip beside a busy process grows from
+  microseconds towards the other process's kernel time.
+
+Needs a CUDA GPU; without one it says so and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from grader.host import gpu, toolchain  # noqa: E402
+
+TOOLS = ("memcheck", "synccheck", "racecheck")
+
+SMALL = r"""
+#include <cstdio>
+__global__ void k(float* a, int n) {
+  __shared__ float s[256];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  s[threadIdx.x] = i < n ? a[i] : 0.f;
+  __syncthreads();
+  if (i < n) a[i] = s[255 - threadIdx.x] + 1.f;
+}
+int main() {
+  int n = 1 << 20; float* a;
+  cudaMalloc(&a, n * sizeof(float)); cudaMemset(a, 0, n * sizeof(float));
+  for (int r = 0; r < 20; ++r) k<<<(n + 255) / 256, 256>>>(a, n);
+  cudaError_t e = cudaDeviceSynchronize();
+  cudaFree(a);
+  return e == cudaSuccess ? 0 : 1;
+}
+"""
+
+CHATTY = r"""
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+__global__ void tiny(int* x) { if (threadIdx.x == 0) x[0] += 1; }
+int main(int argc, char** argv) {
+  int calls = argc > 1 ? atoi(argv[1]) : 400; int* x;
+  cudaMalloc(&x, sizeof(int)); tiny<<<1, 32>>>(x); cudaDeviceSynchronize();
+  std::vector<double> us(calls);
+  for (int i = 0; i < calls; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    tiny<<<1, 32>>>(x);
+    cudaDeviceSynchronize();
+    us[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::sort(us.begin(), us.end());
+  printf("%.1f %.1f %.1f\n", us[calls / 2], us[calls * 9 / 10], us[calls - 1]);
+  return 0;
+}
+"""
+
+SPIN = r"""
+#include <chrono>
+#include <cstdlib>
+__global__ void spin(long long cycles) { long long t = clock64(); while (clock64() - t < cycles) {} }
+int main(int argc, char** argv) {
+  double seconds = atof(argv[1]); long long cycles = atoll(argv[2]);
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) { spin<<<1, 32>>>(cycles); cudaDeviceSynchronize(); }
+  return 0;
+}
+"""
+
+
+def build(folder: Path, arch: str) -> dict[str, Path]:
+    """The three programs, compiled for ``arch``."""
+    nvcc = toolchain.find("nvcc")
+    if nvcc is None:
+        raise SystemExit("nvcc not found: the programs cannot be built")
+    out = {}
+    for name, source in (("small", SMALL), ("chatty", CHATTY), ("spin", SPIN)):
+        (folder / f"{name}.cu").write_text(source)
+        subprocess.run([str(nvcc), "-O2", f"-arch={arch}", "-o", str(folder / name), str(folder / f"{name}.cu")], check=True)
+        out[name] = folder / name
+    return out
+
+
+def at_once(command: list[str], n: int) -> tuple[float, list[float]]:
+    """``n`` copies of ``command`` started together: the wall time, and each one's seconds."""
+    started = time.monotonic()
+    procs = [(time.monotonic(), subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)) for _ in range(n)]
+    each = []
+    for began, proc in procs:
+        if proc.wait(timeout=600) != 0:
+            raise SystemExit(f"{' '.join(command)} failed (exit {proc.returncode})")
+        each.append(time.monotonic() - began)
+    return time.monotonic() - started, sorted(each)
+
+
+def round_trips(chatty: Path, calls: int) -> str:
+    """The chatty program's round trips: median, 90th percentile and slowest, in microseconds."""
+    done = subprocess.run([str(chatty), str(calls)], capture_output=True, text=True, timeout=600, check=True)
+    median, p90, slowest = (float(x) for x in done.stdout.split())
+    return f"median {median:8.1f} us, 90th percentile {p90:8.1f} us, slowest {slowest:9.1f} us"
+
+
+def beside(busy: list[str], chatty: Path, calls: int) -> str:
+    """``round_trips`` while ``busy`` runs (started first; it and its children stopped after)."""
+    proc = subprocess.Popen(busy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(1.0)  # (its context made, its kernels running)
+        return round_trips(chatty, calls)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--at-once", default="1,2,4,8", help="how many copies at once, comma-separated (default 1,2,4,8)")
+    p.add_argument("--calls", type=int, default=400, help="round trips of the chatty program (default 400)")
+    p.add_argument("--seconds", type=float, default=60.0, help="how long the busy process runs at most (default 60)")
+    p.add_argument("--spin-ms", type=float, default=20.0, help="each busy kernel's time on its SM (default 20)")
+    args = p.parse_args()
+    try:
+        counts = [int(x) for x in args.at_once.split(",")]
+    except ValueError:
+        p.error(f"--at-once: expected numbers separated by commas, got {args.at_once!r}")
+    found = gpu.probe()
+    if found.gpu is None:
+        print(f"needs a CUDA GPU: {found.reason}")
+        return 1
+    sanitizer = toolchain.find("compute-sanitizer")
+    with tempfile.TemporaryDirectory(prefix="gpu-sharing-") as tmp:
+        programs = build(Path(tmp), found.gpu.arch)
+        print(f"{found.gpu.name}, driver {found.gpu.driver}")
+        print("tool runs side by side: a small program, N copies at once (wall; each copy's seconds)")
+        for tool in ("plain", *(TOOLS if sanitizer is not None else ())):
+            command = [str(programs["small"])] if tool == "plain" else [str(sanitizer), "--tool", tool, str(programs["small"])]
+            for n in counts:
+                wall, each = at_once(command, n)
+                print(f"  {tool:<9} {n:>2} at once: wall {wall:6.2f} s; each {each[0]:.2f}-{each[-1]:.2f} s "
+                      f"(median {statistics.median(each):.2f})")
+        if sanitizer is None:
+            print("  (compute-sanitizer not found: its tools not measured)")
+        cycles = int(args.spin_ms * 1e-3 * 1.5e9)  # (about --spin-ms at 1.5 GHz)
+        print(f"a chatty process's round trip (a tiny kernel and a synchronize, {args.calls} times)")
+        print(f"  alone                      {round_trips(programs['chatty'], args.calls)}")
+        spin = [str(programs["spin"]), str(args.seconds), str(cycles)]
+        print(f"  beside {args.spin_ms:g} ms kernels      {beside(spin, programs['chatty'], args.calls)}")
+        if sanitizer is not None:
+            racecheck = ["bash", "-c", f"while true; do {sanitizer} --tool racecheck {programs['small']}; done"]
+            print(f"  beside racecheck runs      {beside(racecheck, programs['chatty'], args.calls)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The GPU-sharing benchmark: its programs build with the real nvcc, and without a GPU it says why."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.host import toolchain
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_sharing.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("gpu_sharing", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_its_programs_build_for_an_h100_with_the_real_nvcc(tmp_path):
+    if toolchain.find("nvcc") is None:
+        pytest.skip("needs nvcc")
+    programs = _bench().build(tmp_path, "sm_90")
+    assert set(programs) == {"small", "chatty", "spin"}
+    assert all(p.is_file() and os.access(p, os.X_OK) for p in programs.values())
+
+
+def test_copies_started_at_once_are_timed_each_and_together():
+    wall, each = _bench().at_once([sys.executable, "-c", "import time; time.sleep(0.3)"], 3)
+    assert len(each) == 3 and all(0.3 <= s <= wall for s in each) and wall < 0.3 * 3
+
+
+def test_without_a_gpu_it_says_why_and_fails():
+    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "GRADER_NO_GPU": "1"})
+    assert done.returncode == 1 and done.stdout.startswith("needs a CUDA GPU: GPU checks disabled by GRADER_NO_GPU"), done
+
+
+def test_a_malformed_count_is_refused_with_the_option_named():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--at-once", "1,two"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--at-once: expected numbers separated by commas, got '1,two'" in done.stderr
+
+
+def test_round_trips_are_read_beside_a_busy_process_that_is_stopped_with_its_children_after(tmp_path):
+    """(Stand-ins for the CUDA programs: the real ones run on a GPU.) The busy process's own
+    children (the loop of racecheck runs) are stopped with it."""
+    chatty = tmp_path / "chatty"
+    chatty.write_text(f"#!{sys.executable}\nimport sys\nassert sys.argv[1] == '7'\nprint('12.5 20.0 300.0')\n")
+    chatty.chmod(0o755)
+    bench = _bench()
+    assert bench.round_trips(chatty, 7) == "median     12.5 us, 90th percentile     20.0 us, slowest     300.0 us"
+    pids = tmp_path / "pids"
+    busy = ["bash", "-c", f"while true; do sleep 30 & echo $! >> {pids}; wait; done"]
+    assert bench.beside(busy, chatty, 7).startswith("median     12.5 us")
+    child = int(pids.read_text().split()[0])
+
+    def running() -> bool:  # (a killed child not yet reaped is a zombie: not running)
+        try:
+            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running()
