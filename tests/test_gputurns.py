@@ -186,9 +186,9 @@ def _until_timing_waits(folder: Path, limit_s: float = 20.0) -> None:
 
 def test_a_waiting_timing_goes_before_the_next_work_of_the_seat_that_just_timed(tmp_path):
     """A seat that has timed goes on to its next student's GPU work; another seat's timing that
-    waited meanwhile goes first. (Racing it for the turnstile, the next student's first step often
-    won, and the waiting timing then waited out that student's whole GPU work: two seats graded a
-    class no faster than one.) Steps of a process with steps in flight still go on beside it."""
+    waited meanwhile goes first. (Racing it for the turnstile, the next student's first step could
+    win, and the waiting timing then waited out that student's whole GPU work.) Steps of a process
+    with steps in flight still go on beside it."""
     turns = gputurns.Turns(lock_place("GPU-test", tmp_path), wait_s=20)
     timed = tmp_path / "timed"
     with turns.timing():

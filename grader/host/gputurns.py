@@ -14,8 +14,7 @@ the timing first:
 - a timing **waiting** for the turnstile holds a third lock shared, and a process with no step in flight
   waits for that lock to be free before its first step: timings go before new work. Without it, a
   seat that had just timed raced the waiting timing for the turnstile with its next student's
-  first step, often won, and the waiting timing then waited out that student's whole GPU work.
-  Now the seats' GPU work runs side by side, then their timings one after another.
+  first step, could win, and the waiting timing then waited out that student's whole GPU work.
 
 A process's steps may wait for one another: a shared sanitizer run of a student's labs is
 stopped once a lab's hung case has been run again, and that run is a step. Held at the
