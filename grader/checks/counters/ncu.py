@@ -192,10 +192,9 @@ def cached(cache_file: Path) -> CounterRun | None:
 def store(cache_file: Path, run: CounterRun, metrics: tuple[str, ...]) -> None:
     """Keep a complete run's counters of ``metrics`` (what ``cache_file`` is keyed on, not the
     others a shared session collected) where ``profile`` finds them; nothing of another run."""
-    if run.complete:
-        values = {m: run.values[m] for m in metrics if m in run.values}
-        private_dir(cache_file.parent, "the counters cache")  # (made by ``cached`` too, which need not have been asked first)
-        write_private(cache_file, json.dumps({"values": values, "kernels": list(run.kernels), "replayed": run.replayed}).encode())
+    if run.complete:  # (its folder made here as by ``cached``, which need not have been asked first)
+        data = {"values": {m: run.values[m] for m in metrics if m in run.values}, "kernels": list(run.kernels), "replayed": run.replayed}
+        write_private(private_dir(cache_file.parent, "the counters cache") / cache_file.name, json.dumps(data).encode())
 
 
 def run_profiler(task: Task | int, metrics: tuple[str, ...], dirs: RunDirs, time_limit_s: float, isolation: Isolation,
