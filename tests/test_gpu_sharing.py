@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -10,18 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
+from benchmark_modules import BENCHMARKS, load
 
 from grader.host import toolchain
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_sharing.py"
+SCRIPT = BENCHMARKS / "gpu_sharing.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("gpu_sharing", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load("gpu_sharing")
 
 
 def test_its_programs_build_for_an_h100_with_the_real_nvcc(tmp_path):

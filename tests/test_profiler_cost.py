@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
-from pathlib import Path
+
+from benchmark_modules import BENCHMARKS, load
 
 from grader.checks.counters.batch import Request
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "profiler_cost.py"
+SCRIPT = BENCHMARKS / "profiler_cost.py"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("profiler_cost", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load("profiler_cost")
 
 
 def _request(lab: str, *metrics: str) -> Request:
