@@ -440,13 +440,9 @@ def test_the_class_benchmark_splits_a_students_lane_into_its_phases(tmp_path):
 
 
 def _class_benchmark():
-    import importlib.util
+    from benchmark_modules import load
 
-    spec = importlib.util.spec_from_file_location("grade_class_speed", Path(__file__).resolve().parent.parent / "benchmarks" / "grade_class_speed.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load("grade_class_speed")
 
 
 def test_the_class_benchmark_s_serial_bound_counts_the_profiler_run_not_its_waits(tmp_path, capsys):

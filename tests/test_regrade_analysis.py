@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from benchmark_modules import load
 
 from grader.labspec.labs import find_lab
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("regrade_stability", ROOT / "benchmarks" / "regrade_stability.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("regrade_stability")
 
 
 def check(cid: str, stage: str, outcome: str, **measured: Any) -> dict[str, Any]:

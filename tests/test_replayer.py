@@ -693,13 +693,9 @@ def test_counters_come_from_the_replayer_unless_ncu_is_asked_for(tmp_path):
 def test_replayed_counters_equal_the_profilers_and_every_verdict_is_the_same(lab_id):
     """Every known solution of the lab graded with ``--counters replay`` and with ``--counters ncu``:
     every exact count equal, every counter verdict the same, and no case left to the profiler."""
-    import importlib.util
+    from benchmark_modules import load
 
-    found = importlib.util.spec_from_file_location("replayer_check", Path(__file__).parent.parent / "benchmarks" / "replayer_check.py")
-    assert found is not None and found.loader is not None
-    check = importlib.util.module_from_spec(found)
-    found.loader.exec_module(check)
-    table, problems = check.compare_lab(lab_id)
+    table, problems = load("replayer_check").compare_lab(lab_id)
     assert not problems, table + "\n" + "\n".join(problems)
 
 
