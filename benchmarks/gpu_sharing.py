@@ -13,7 +13,9 @@ Two questions, each answered with small CUDA programs built here with the toolki
   whose kernels spin on one SM for ``--spin-ms`` each, and beside racecheck runs of the small
   program. Kernels of separate processes take turns on a GPU without MPS: if a class's seats
   slow one another by time-slicing, the round trip beside a busy process grows from
-  microseconds towards the other process's kernel time.
+  microseconds towards the other process's kernel time. (On an H100: 10.4 us alone, 2.38 ms
+  beside 20 ms kernels, 2.40 ms beside racecheck runs. Run again with the GPU's multi-process
+  service started by hand, ``nvidia-cuda-mps-control -d``: 10.1, 10.8 and 11.7 us.)
 
 Needs a CUDA GPU; without one it says so and exits 1.
 """
