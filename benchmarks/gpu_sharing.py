@@ -23,9 +23,6 @@ Needs a CUDA GPU; without one it says so and exits 1.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -36,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from grader.host import gpu, toolchain  # noqa: E402
+from grader.host.procgroup import kill_group  # noqa: E402
 
 TOOLS = ("memcheck", "synccheck", "racecheck")
 
@@ -133,8 +131,7 @@ def beside(busy: list[str], chatty: Path, calls: int) -> str:
         time.sleep(1.0)  # (its context made, its kernels running)
         return round_trips(chatty, calls)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc.pid)  # (and waits for them to be gone: their contexts off the GPU before the next figure)
         proc.wait()
 
 
