@@ -67,3 +67,29 @@ def test_round_trips_are_read_beside_a_busy_process_that_is_stopped_with_its_chi
     while running() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not running()
+
+
+def test_copies_spread_over_gpus_each_see_one_in_turn_by_the_bus_order(tmp_path):
+    seen = tmp_path / "seen"
+    record = f"import os; open({str(seen)!r}, 'a').write(os.environ['CUDA_DEVICE_ORDER'] + ' ' + os.environ['CUDA_VISIBLE_DEVICES'] + '\\n')"
+    _bench().at_once([sys.executable, "-c", record], 5, [3, 1])
+    lines = seen.read_text().splitlines()
+    assert sorted(lines) == ["PCI_BUS_ID 1", "PCI_BUS_ID 1", "PCI_BUS_ID 3", "PCI_BUS_ID 3", "PCI_BUS_ID 3"]
+
+
+def test_the_round_trip_beside_another_gpu_runs_the_two_programs_on_the_two_gpus(tmp_path):
+    """(Stand-ins: each program writes the GPU it was given.)"""
+    chatty = tmp_path / "chatty"
+    chatty.write_text(f"#!{sys.executable}\nimport os\nopen({str(tmp_path / 'chatty.gpu')!r}, 'w')"
+                      ".write(os.environ['CUDA_VISIBLE_DEVICES'])\nprint('11.0 12.0 13.0')\n")
+    chatty.chmod(0o755)
+    busy = ["bash", "-c", f"echo $CUDA_VISIBLE_DEVICES > {tmp_path / 'busy.gpu'}; sleep 30"]
+    assert _bench().beside(busy, chatty, 5, (0, 2)).startswith("median     11.0 us")
+    assert (tmp_path / "chatty.gpu").read_text() == "0" and (tmp_path / "busy.gpu").read_text().strip() == "2"
+
+
+def test_with_fewer_than_two_gpus_the_host_question_says_it_was_not_measured(capsys, monkeypatch):
+    bench = _bench()
+    monkeypatch.setattr(bench.gpus, "nvml_devices", lambda: [])
+    bench.host_gpus({}, None, [2, 4], 10)
+    assert capsys.readouterr().out == "GPUs of one host: not measured (0 visible)\n"
