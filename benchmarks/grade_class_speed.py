@@ -106,16 +106,28 @@ def build_class(folder: Path, count: int) -> list[str]:
     return names
 
 
+def program_of(proc: psutil.Process) -> str:
+    """What a process of the run is, for its CPU time: the grader's workers (Python, with student
+    code or the grader's own) apart from the grader's other Python, else the program's name."""
+    name = proc.name()
+    if name.startswith("python"):
+        return "python: workers" if any("grader.worker.main" in arg for arg in proc.cmdline()) else "python: the grader"
+    return name
+
+
 class BusySampler:
     """NVML utilisation of the GPUs graded on, and the share of the host's CPU time in use, sampled
     every ``period`` seconds: where both stay low, a class's time goes to waiting (one step after
-    another on a student's path), not to a busy GPU or busy cores."""
+    another on a student's path), not to a busy GPU or busy cores. Also the CPU time of this
+    process and every process below it, by program (``by_program``: as last sampled, so a process
+    that ended between two samples is counted up to the one before)."""
 
     def __init__(self, indices: list[int], period: float = 0.5) -> None:
         self.indices, self.period = indices, period
         self.samples: dict[int, list[float]] = {i: [] for i in indices}
         self.memory: list[float] = []  # share of a GPU's memory in use
         self.cpu: list[float] = []  # percent of all the host's CPU time, since the sample before
+        self._seen: dict[tuple[int, float], tuple[str, float]] = {}  # (pid, start time) -> (program, CPU seconds)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -129,12 +141,33 @@ class BusySampler:
         psutil.cpu_percent()  # (the first call starts the count)
         while not self._stop.wait(self.period):
             self.cpu.append(psutil.cpu_percent())
+            self._count_processes()
             for i, h in zip(self.indices, handles):
                 self.samples[i].append(float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
                 info = pynvml.nvmlDeviceGetMemoryInfo(h)
                 self.memory.append(info.used / info.total if info.total else 0.0)
         if self.indices:
             pynvml.nvmlShutdown()
+
+    def _count_processes(self) -> None:
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    key = (proc.pid, proc.create_time())
+                    program = self._seen[key][0] if key in self._seen else program_of(proc)
+                    self._seen[key] = (program, times.user + times.system)
+            except (psutil.Error, OSError):
+                continue  # (ended, or not ours to read)
+
+    def by_program(self) -> dict[str, tuple[float, int]]:
+        """CPU seconds and process count by program, most first."""
+        out: dict[str, tuple[float, int]] = {}
+        for program, seconds in self._seen.values():
+            total, count = out.get(program, (0.0, 0))
+            out[program] = (total + seconds, count + 1)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1][0]))
 
     def __enter__(self) -> "BusySampler":
         self._thread.start()
@@ -248,10 +281,17 @@ def print_busy(sampler: BusySampler) -> None:
     print(f"GPU memory in use at most {max(sampler.memory, default=0.0):.0%}")
 
 
-def print_cpu(sampler: BusySampler) -> None:
+def print_cpu(sampler: BusySampler, students: int = 0) -> None:
     cpu = statistics.fmean(sampler.cpu) if sampler.cpu else 0.0
     print(f"CPUs busy: {cpu:.0f}% of {psutil.cpu_count()} CPUs' time on average ({len(sampler.cpu)} samples), "
           f"{max(sampler.cpu, default=0.0):.0f}% at most")
+    programs = sampler.by_program()
+    if programs:
+        host = cpu / 100 * (psutil.cpu_count() or 1) * len(sampler.cpu) * sampler.period
+        seen = sum(seconds for seconds, _ in programs.values())
+        each = f", {seen / students:.1f} s a student" if students else ""
+        print(f"CPU seconds by program, as sampled ({seen:.0f} s of the host's {host:.0f} s{each}; a process shorter than a "
+              "sample is missed): " + ", ".join(f"{name} {seconds:.0f} s in {count}" for name, (seconds, count) in list(programs.items())[:8]))
 
 
 def _labs(out: Path) -> list[dict[str, Any]]:
@@ -360,10 +400,10 @@ def slowest(log: Path, count: int = 3) -> list[str]:
     return out
 
 
-def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1) -> None:
-    """The run's figures besides its wall time: the GPU's (busy, health gate, serial work), the
-    stages', and the slowest students."""
-    print_cpu(sampler)
+def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1, graded: int = 0) -> None:
+    """The run's figures besides its wall time: the CPUs' (``graded``: the students this run graded),
+    the GPU's (busy, health gate, serial work), the stages', and the slowest students."""
+    print_cpu(sampler, graded)
     if on_gpu:
         print_busy(sampler)
         print_gate_waits(out)
@@ -452,7 +492,7 @@ def main() -> int:
         print(f"\ninterrupted after {wall:.1f} s with {done} of {len(names)} repositories graded"
               + (f" ({wall / done:.2f} s each, the cold start included)" if done else "")
               + (f"; go on with --keep {work} --resume" if args.keep else ""))
-        print_figures(out, sampler, bool(slots), len(slots))
+        print_figures(out, sampler, bool(slots), len(slots), 0 if resuming else done)
         return 130
     wall = time.monotonic() - started
     elapsed.write_text(f"{wall:.3f}")
@@ -460,7 +500,7 @@ def main() -> int:
     kept = f" ({len(run.skipped)} in earlier runs)" if run.skipped else ""
     print(f"\ngraded {len(names)} repositories{kept} in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "
           f"(each took {statistics.median(per):.1f} s median, {max(per):.1f} s at most, on its lane)")
-    print_figures(out, sampler, bool(slots), len(slots))
+    print_figures(out, sampler, bool(slots), len(slots), len(run.graded))
     if slots:
         print(f"target: {'met' if wall <= 480 and len(names) >= 40 else 'compare with'} <= 8 min for 40 repositories on one H100")
     else:

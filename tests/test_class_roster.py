@@ -488,6 +488,12 @@ def test_the_class_benchmark_grades_alone_in_slices_and_compares_them_together(t
     busy = re.search(r"^CPUs busy: (\d+)% of (\d+) CPUs' time on average \((\d+) samples\), (\d+)% at most$", graded.stdout, re.M)
     assert busy is not None, graded.stdout  # (where the time goes without a GPU: the CPUs' share, sampled)
     assert int(busy[3]) >= 1 and 0 <= int(busy[1]) <= int(busy[4]) <= 100
+    # (and whose: the run's processes by program, the compilers among them)
+    programs = re.search(r"^CPU seconds by program, as sampled \((\d+) s of the host's (\d+) s, ([\d.]+) s a student; .*?\): (.*)$",
+                         graded.stdout, re.M)
+    assert programs is not None, graded.stdout
+    assert 0 < int(programs[1]) and float(programs[3]) == pytest.approx(int(programs[1]) / 6, abs=0.1)
+    assert "python: the grader " in programs[4] and "cicc " in programs[4], programs[4]
     slices = [subprocess.Popen([*bench, "--resume", "--alone-only", "--shard", f"{i}/2"], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL) for i in (1, 2)]
     assert [one.wait(300) for one in slices] == [0, 0]
@@ -518,3 +524,16 @@ def test_the_class_benchmark_counts_the_samples_taken_again_and_those_still_rais
     bench.print_retakes(tmp_path)
     assert capsys.readouterr().out.strip() == (
         "timing: 6 samples taken again over 4 timed kernels; 1 of the students' samples raised to the grader's round trip")
+
+
+def test_the_class_benchmark_tells_the_graders_workers_from_its_other_python_by_their_command_line():
+    import psutil
+
+    bench = _class_benchmark()
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "from grader.worker.main import main"])
+    try:
+        assert bench.program_of(psutil.Process(worker.pid)) == "python: workers"
+        assert bench.program_of(psutil.Process()) == "python: the grader"
+    finally:
+        worker.kill()
+        worker.wait()
