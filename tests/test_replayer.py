@@ -578,9 +578,11 @@ def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_ty
     mine = [n for n in notes if "baseline:" not in n]
     baselines = [n for n in notes if "baseline:" in n]
     assert len(mine) == len(profiles.metrics) == 2
-    assert all("reference.cu: counters of" in n and "instead of the replayer (the recording run failed" in n for n in mine), notes
+    assert all("reference.cu: counters of" in n and "instead of the replayer, if every correctness case passes "
+               "(the recording run failed" in n for n in mine), notes  # (only then does the profiler count them)
     assert sorted(n.split(":")[0] for n in baselines) == ["[memory_types] the global baseline", "[memory_types] the reference baseline"]
-    assert all("by Nsight Compute instead of the replayer (the recording run failed" in n for n in baselines), notes
+    assert all("by Nsight Compute instead of the replayer, if the student's correctness cases all pass (the recording run failed" in n
+               for n in baselines), notes
     assert not any("your code" in n for n in baselines), notes  # (a baseline's run is the grader's own code)
     assert not (replayer.parent.parent.parent / "counters").exists() or not any((replayer.parent.parent.parent / "counters").iterdir())
     assert set(profiles.refused) == set(profiles.metrics)  # (each case's reason goes into its checks' report)

@@ -130,7 +130,8 @@ def replayed(sub: Submission, profiles: Profiles, note: Note, recorder: Recorder
     for case in cases:
         if case.check.id in why:
             profiles.refused[case.key] = why[case.check.id][:500]
-            note(f"[{sub.spec.id}] {sub.name}: counters of {case.check.id} by Nsight Compute instead of the replayer ({why[case.check.id]})")
+            note(f"[{sub.spec.id}] {sub.name}: counters of {case.check.id} by Nsight Compute instead of the replayer, "
+                 f"if every correctness case passes ({why[case.check.id]})")  # (else they are not graded: ``batch.counted``)
     return runs
 
 
@@ -160,8 +161,8 @@ def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.R
             with contextlib.suppress(OSError):  # (kept only to spare the next grade the replay)
                 store(kept_baseline_file(base, case), got[case.key], case.metrics)
         else:
-            note(f"[{base.spec.id}] {base.name}: its case of {case.check.id} by Nsight Compute instead of the replayer "
-                 f"({why.get(case.check.id, 'not replayed')})")
+            note(f"[{base.spec.id}] {base.name}: its case of {case.check.id} by Nsight Compute instead of the replayer, "
+                 f"if the student's correctness cases all pass ({why.get(case.check.id, 'not replayed')})")
     return {(f"baseline {case.check.baseline}", case.key): got[case.key] for case in cases if case.key in got}
 
 
