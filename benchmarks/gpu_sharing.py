@@ -1,6 +1,6 @@
 """How processes share one GPU: what a class's seats find when they grade side by side.
 
-    python benchmarks/gpu_sharing.py [--at-once 1,2,4,8] [--calls 400] [--spin-ms 20]
+    python benchmarks/gpu_sharing.py [--at-once 1,2,4,8] [--calls 400] [--spin-ms 20] [--host-only]
 
 Three questions, each answered with small CUDA programs built here with the toolkit's nvcc:
 
@@ -20,7 +20,8 @@ Three questions, each answered with small CUDA programs built here with the tool
   alone, then spread over every GPU (each copy's ``CUDA_VISIBLE_DEVICES`` naming one), and the
   chatty program's round trip on the first GPU beside racecheck runs on another. Where spreading
   does not shorten the wall time, the host runs them one at a time (its driver or its CPUs), and a
-  class's lanes on separate GPUs slow one another.
+  class's lanes on separate GPUs slow one another (``context_starts.py`` times the contexts'
+  starts alone).
 
 Needs a CUDA GPU; without one it says so and exits 1.
 """
