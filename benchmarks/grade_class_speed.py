@@ -2,7 +2,7 @@
 
     python benchmarks/grade_class_speed.py [--students 40] [--gpus all|0|0,1] [--no-gpu] [--no-compare] [--warm]
                                            [--keep DIR [--resume]] [-j N] [--counters replay|ncu]
-    python benchmarks/grade_class_speed.py --alone-only --keep DIR [--resume] [--students N] [--shard I/N]
+    python benchmarks/grade_class_speed.py --alone-only --keep DIR [--resume] [--students N] [--gpus all|0,1] [--shard I/N]
     python benchmarks/grade_class_speed.py --keep DIR --compare-with ALONE.json [--compare-with ALONE-2-of-2.json] ...
 
 Builds a class in a temporary folder: repositories of the five references, of known-wrong
@@ -18,9 +18,11 @@ Grading alone can be done apart (on another GPU, while a class is graded): ``--a
 the same class (the class is the same for the same --students) one repository at a time and saves
 every verdict to ``DIR/alone.json`` as it goes (``--resume`` keeps those already saved);
 ``--compare-with`` compares a class run with such a file instead of grading alone again. On a host
-with several GPUs, ``--shard I/N`` grades every N-th repository (one process per GPU, each with its
-own ``CUDA_VISIBLE_DEVICES``) into ``DIR/alone-I-of-N.json``, from a class already built in DIR;
-the files given to ``--compare-with`` are taken together, and students none of them has are named.
+with several GPUs (``--gpus`` picks them, all by default) it grades a slice of the class on each at
+once, a process per GPU that sees only that GPU, each slice into ``DIR/alone-I-of-N.json`` and
+all of them into ``DIR/alone.json``; ``--shard I/N`` grades one slice (every N-th repository) of a
+class already built in DIR. The files given to ``--compare-with`` are taken together, and students
+none of them has are named.
 
 Targets: 40 repositories on one H100 in <= 8 minutes (<= 12 s each, amortised) with every check
 on; 20 repositories with --no-gpu in <= 60 s cold on 2 cores; with several GPUs, the wall time of
@@ -36,6 +38,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -268,6 +271,37 @@ def grade_alone(repos: Path, names: list[str], options: GradeOptions, saved: Pat
     return 0
 
 
+def grade_alone_over(work: Path, names: list[str], gpus: list[int], forwarded: list[str]) -> int:
+    """--alone-only on several GPUs: slice I of N graded by a process of its own that sees only the
+    I-th GPU (``--shard I/N``), the slices at once; their verdicts, and those ``DIR/alone.json``
+    already held (each seeds its slice's file, so none is graded again), saved together in it."""
+    saved = work / "alone.json"
+    done: dict[str, Any] = json.loads(saved.read_text()) if saved.is_file() else {}
+    count = len(gpus)
+    slices = [work / f"alone-{i}-of-{count}.json" for i in range(1, count + 1)]
+    for i, path in enumerate(slices, 1):
+        mine = shards.parse(f"{i}/{count}").select(names)
+        seeded = {**{n: v for n, v in done.items() if n in mine}, **(json.loads(path.read_text()) if path.is_file() else {})}
+        path.write_text(json.dumps(seeded))
+    print(f"grading alone over GPUs {', '.join(map(str, gpus))}: a slice of the class on each", flush=True)
+    procs = [subprocess.Popen([sys.executable, __file__, *forwarded, "--alone-only", "--keep", str(work), "--resume", "--shard", f"{i}/{count}"],
+                              env={**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(gpu)})
+             for i, gpu in enumerate(gpus, 1)]
+    try:
+        codes = [proc.wait() for proc in procs]
+    except KeyboardInterrupt:  # (each slice saves what it graded and stops)
+        for proc in procs:
+            proc.terminate()
+        codes = [proc.wait() for proc in procs]
+        codes.append(130)
+    for path in slices:
+        done.update(json.loads(path.read_text()) if path.is_file() else {})
+    saved.with_suffix(".tmp").write_text(json.dumps(done))
+    saved.with_suffix(".tmp").replace(saved)
+    print(f"graded alone: {len(done)} of {len(names)} repositories saved in {saved}")
+    return next((code for code in codes if code), 0)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -471,6 +505,9 @@ def main() -> int:
         shutil.rmtree(out, ignore_errors=True)
         names = build_class(repos, count)
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
+    if args.alone_only and shard is None and len(spread := [s.index for s in gpu_slots(options, args.gpus)]) > 1:
+        forwarded = ["--students", str(count), "--counters", args.counters, *(["--warm"] if args.warm else [])]
+        return grade_alone_over(work, names, spread, forwarded)
     if args.alone_only:
         chosen = shard.select(names) if shard else set(names)
         mine = [n for n in names if n in chosen]

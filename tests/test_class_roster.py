@@ -494,11 +494,21 @@ def test_the_class_benchmark_grades_alone_in_slices_and_compares_them_together(t
     assert programs is not None, graded.stdout
     assert 0 < int(programs[1]) and float(programs[3]) == pytest.approx(int(programs[1]) / 6, abs=0.1)
     assert "python: the grader " in programs[4] and "cicc " in programs[4], programs[4]
-    slices = [subprocess.Popen([*bench, "--resume", "--alone-only", "--shard", f"{i}/2"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL) for i in (1, 2)]
-    assert [one.wait(300) for one in slices] == [0, 0]
+    # the slices at once, a process each (as on two GPUs: each told to see one); a student already
+    # graded alone is not graded again, and every verdict ends up in alone.json too
+    names = sorted(d.name for d in (tmp_path / "class").iterdir())
+    (tmp_path / "alone.json").write_text(json.dumps({names[0]: "seeded"}))
+    module = _class_benchmark()
+    assert module.grade_alone_over(tmp_path, names, [3, 5], ["--students", "6", "--no-gpu"]) == 0
     halves = [json.loads((tmp_path / f"alone-{i}-of-2.json").read_text()) for i in (1, 2)]
-    assert sorted([*halves[0], *halves[1]]) == sorted(d.name for d in (tmp_path / "class").iterdir()) and not set(halves[0]) & set(halves[1])
+    assert sorted([*halves[0], *halves[1]]) == names and not set(halves[0]) & set(halves[1])
+    together = json.loads((tmp_path / "alone.json").read_text())
+    assert sorted(together) == names and together[names[0]] == "seeded"
+    (tmp_path / "alone.json").unlink()
+    halves[0 if names[0] in halves[0] else 1].pop(names[0])  # (the seeded one graded for real, for the compares below)
+    for i, half in enumerate(halves, 1):
+        (tmp_path / f"alone-{i}-of-2.json").write_text(json.dumps(half))
+    assert module.grade_alone_over(tmp_path, names, [3, 5], ["--students", "6", "--no-gpu"]) == 0
     one = run("--resume", "--compare-with", str(tmp_path / "alone-1-of-2.json"))
     assert "no verdicts for 3 of 6 students" in one.stdout
     both = run("--resume", "--compare-with", str(tmp_path / "alone-1-of-2.json"), "--compare-with", str(tmp_path / "alone-2-of-2.json"))
