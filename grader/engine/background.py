@@ -1,8 +1,11 @@
 """A lab's tool runs beside its correctness cases: the sanitizer and counter runs, each batch in a
-thread of its own (they are separate processes), and the seconds each stage took."""
+thread of its own (they are separate processes), and the seconds each stage took. The progress
+says when a stage's runs are all over (in a class, ``lanes.log`` then shows which of a student's
+tool runs their timing waited for)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -10,6 +13,7 @@ from typing import Callable, Iterator
 
 from ..context import carried
 from ..errors import internal_error_message
+from ..isolation.options import Progress, no_progress
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, Outcome, Stage
 from .plan import planned_checks
@@ -38,11 +42,13 @@ class StageClock:
 class Background:
     """The batches of checks a lab runs in the background, in the order they were started."""
 
-    def __init__(self, spec: LabSpec, clock: StageClock) -> None:
-        self.spec, self.clock = spec, clock
+    def __init__(self, spec: LabSpec, clock: StageClock, progress: Progress = no_progress) -> None:
+        self.spec, self.clock, self.progress = spec, clock, progress
         self.futures: list[Future[list[CheckResult]]] = []
         self._pool: ThreadPoolExecutor | None = None
         self._stage_start: dict[str, float] = {}
+        self._running: dict[str, int] = {}  # batches started and not over, by stage
+        self._guard = threading.Lock()
 
     def open(self, threads: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{self.spec.id}-tools")
@@ -56,6 +62,8 @@ class Background:
     def run(self, stage: Stage, batch: Batch, ids: tuple[str, ...] = ()) -> None:
         """Run a batch of checks (of ``stage``; those named by ``ids``, or all) beside the correctness cases."""
         assert self._pool is not None
+        with self._guard:
+            self._running[stage.value] = self._running.get(stage.value, 0) + 1
         self.futures.append(self._pool.submit(carried(self._guarded), stage, batch, ids))
 
     def _guarded(self, stage: Stage, batch: Batch, ids: tuple[str, ...]) -> list[CheckResult]:
@@ -71,6 +79,11 @@ class Background:
         finally:
             took = round(time.monotonic() - started, 3)
             self.clock.seconds[stage.value] = max(took, self.clock.seconds.get(stage.value, 0.0))
+            with self._guard:
+                left = self._running[stage.value] = max(0, self._running.get(stage.value, 0) - 1)
+                over = not left
+            if over:
+                self.progress(f"[{self.spec.id}] {stage.value}: every run over after {took:.1f} s")
 
     def wait(self) -> list[CheckResult]:
         """Block until the background runs are done; their results, in order."""

@@ -61,7 +61,7 @@ class LabGrading:
                        time.monotonic() + options.submission_limit_s)
         self.together = together
         self.clock = StageClock()
-        self.background = Background(self.lab.spec, self.clock)
+        self.background = Background(self.lab.spec, self.clock, progress)
         self.checks: list[CheckResult] = []
         self.env: dict[str, object] = {}
         self.kernels: tuple[KernelResources, ...] = ()
