@@ -391,6 +391,7 @@ def print_serial(out: Path, gpus: int) -> None:
 
 _CASE = re.compile(r"^\[[\w-]+\] correctness \d+/\d+")
 _TIMING = re.compile(r"^\[[\w-]+\] timing against ")
+_OVER = re.compile(r"^\[[\w-]+\] (sanitizer|counters): every run over after ")
 
 
 def phases(log: Path) -> str:
@@ -398,7 +399,9 @@ def phases(log: Path) -> str:
     students whose labs were timed: from its start to its first correctness case, its cases,
     its tool runs after them (the sanitizers, the replay), and its timing (the labs opened, the
     wait for the GPU's turn, the timed calls and the checks). With several seats, the phase that
-    grows is where the seats wait on one another; "" where no student was timed."""
+    grows is where the seats wait on one another; "" where no student was timed. Where the log says
+    when each stage's runs were over, also when (after the last case) its labs' last sanitizer
+    and counter runs were."""
     marks: dict[str, dict[str, float]] = {}
     for seconds, _, student, text in read_log(log):
         if student == "-":
@@ -409,14 +412,19 @@ def phases(log: Path) -> str:
             mark["last case"] = seconds
         elif _TIMING.match(text):
             mark.setdefault("timing", seconds)
+        elif over := _OVER.match(text):
+            mark[over[1]] = seconds
         mark["end"] = seconds
     order = ("start", "first case", "last case", "timing", "end")
     timed = [m for m in marks.values() if all(k in m for k in order)]
     if not timed:
         return ""
     spans = [statistics.median(m[b] - m[a] for m in timed) for a, b in zip(order, order[1:])]
+    ends = [f"{stage} +{statistics.median(m[stage] - m['last case'] for m in timed if stage in m):.1f} s"
+            for stage in ("sanitizer", "counters") if any(stage in m for m in timed)]
     return (f"a student's lane, median of {len(timed)} timed: {spans[0]:.1f} s to its first case, its cases {spans[1]:.1f} s, "
-            f"its tool runs after them {spans[2]:.1f} s, its timing (opened, its turn, timed, checked) {spans[3]:.1f} s")
+            f"its tool runs after them {spans[2]:.1f} s, its timing (opened, its turn, timed, checked) {spans[3]:.1f} s"
+            + (f"; its last runs over after its last case: {', '.join(ends)}" if ends else ""))
 
 
 def slowest(log: Path, count: int = 3) -> list[str]:

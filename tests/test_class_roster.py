@@ -437,6 +437,13 @@ def test_the_class_benchmark_splits_a_students_lane_into_its_phases(tmp_path):
                                  "its tool runs after them 5.5 s, its timing (opened, its turn, timed, checked) 5.0 s")
     log.write_text("".join(f"{t:9.1f}{progress.LOG_SEP}{lane}  {who}  {text}\n" for t, lane, who, text in lines[-3:]))
     assert bench.phases(log) == "" and bench.phases(tmp_path / "none.log") == ""
+    # where the log says when a stage's runs were over: the latest of a student's labs, after its last case
+    for k, (student, start) in enumerate((("ann", 1.0), ("bob", 20.0), ("cy", 40.0))):
+        lines += [(start + 3.5 + k + 1.0, "gpu0", student, "[histogram] sanitizer: every run over after 4.0 s"),
+                  (start + 3.5 + k + 2.0 + k, "gpu0", student, "[tiled_matmul] sanitizer: every run over after 5.0 s"),
+                  (start + 3.5 + k + 3.0, "gpu0", student, "[histogram] counters: every run over after 6.0 s")]
+    log.write_text("".join(f"{t:9.1f}{progress.LOG_SEP}{lane}  {who}  {text}\n" for t, lane, who, text in sorted(lines)))
+    assert bench.phases(log).endswith("; its last runs over after its last case: sanitizer +3.0 s, counters +3.0 s")
 
 
 def _class_benchmark():
