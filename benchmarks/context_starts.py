@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.host.gpus import nvml_devices, visible  # noqa: E402
+from grader.host.gpus import nvml_devices, seeing_only, visible  # noqa: E402
 
 PROBE = ("import time, cupy\nt = time.perf_counter()\ncupy.zeros(1)\ncupy.cuda.Device().synchronize()\n"
          "print(time.perf_counter() - t)")
@@ -29,8 +29,7 @@ PROBE = ("import time, cupy\nt = time.perf_counter()\ncupy.zeros(1)\ncupy.cuda.D
 
 def starts(gpus: list[int]) -> list[float]:
     """Start one process per entry of ``gpus`` (the GPU it sees) at once; each one's seconds."""
-    env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    procs = [subprocess.Popen([sys.executable, "-c", PROBE], env={**env, "CUDA_VISIBLE_DEVICES": str(g)},
+    procs = [subprocess.Popen([sys.executable, "-c", PROBE], env={**os.environ, **seeing_only(g)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for g in gpus]
     out = []
     for gpu, p in zip(gpus, procs):

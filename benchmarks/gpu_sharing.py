@@ -116,7 +116,7 @@ def on_gpu(index: int | None) -> dict[str, str] | None:
     """The environment of a process that sees only GPU ``index`` (NVML's numbering), or None: this one's."""
     if index is None:
         return None
-    return {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(index)}
+    return {**os.environ, **gpus.seeing_only(index)}
 
 
 def at_once(command: list[str], n: int, over: list[int] | None = None) -> tuple[float, list[float]]:

@@ -59,6 +59,7 @@ from grader.course.validate import load_solutions  # noqa: E402
 from grader.engine.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
 from grader.errors import GraderError  # noqa: E402
 from grader.gradebook.records import STUDENTS_DIR  # noqa: E402
+from grader.host.gpus import seeing_only  # noqa: E402
 from grader.isolation.options import GradeOptions, usable_cpus  # noqa: E402
 from grader.labspec.labs import find_lab, lab_ids  # noqa: E402
 from grader.textutil import plural  # noqa: E402
@@ -285,7 +286,7 @@ def grade_alone_over(work: Path, names: list[str], gpus: list[int], forwarded: l
         path.write_text(json.dumps(seeded))
     print(f"grading alone over GPUs {', '.join(map(str, gpus))}: a slice of the class on each", flush=True)
     procs = [subprocess.Popen([sys.executable, __file__, *forwarded, "--alone-only", "--keep", str(work), "--resume", "--shard", f"{i}/{count}"],
-                              env={**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(gpu)})
+                              env={**os.environ, **seeing_only(gpu)})
              for i, gpu in enumerate(gpus, 1)]
     try:
         codes = [proc.wait() for proc in procs]

@@ -29,7 +29,7 @@ from ..context import carried
 from ..engine.rehearsal import rehearse_timings
 from ..errors import report_thread_errors
 from ..host import gpulock, gputurns, health
-from ..host.gpus import GpuSlot
+from ..host.gpus import GpuSlot, seeing_only
 from ..host.procgroup import GONE, ended, kill_tree
 from ..isolation import inherit
 from ..isolation.options import GradeOptions
@@ -82,8 +82,7 @@ def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inhe
     inherit.adopt(inherited, gputurns.Turns(folder) if per_gpu > 1 else None)
     report_thread_errors()  # a thread of the lane's that fails says so in one line, not a trace among the progress
     stopping.install()  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
-    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(slot.index)
+    os.environ.update(seeing_only(slot.index))
     outbox: queues.SimpleQueue[Any] = queues.SimpleQueue()
     threading.Thread(target=carried(_forward), args=(outbox, queue), name="lane-progress", daemon=True).start()
     _LANE.update(slot=slot, seat=seat, name=lane_name(slot, seat), outbox=outbox, folder=folder,

@@ -34,6 +34,11 @@ class GpuSlot:
         return f"gpu{self.index}"
 
 
+def seeing_only(index: int) -> dict[str, str]:
+    """The environment that makes CUDA in a process see only GPU ``index`` (NVML's numbering)."""
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(index)}
+
+
 def nvml_devices() -> list[GpuSlot]:
     """Every GPU the driver reports ([] without NVML or a driver)."""
     try:
