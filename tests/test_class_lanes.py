@@ -9,6 +9,8 @@ import shutil
 import signal
 from pathlib import Path
 
+import pytest
+
 from grader.classroom import plan, roster
 from grader.classroom.progress import Display
 from grader.classroom.scheduler import Scheduler
@@ -283,3 +285,41 @@ def test_a_failing_thread_in_a_lane_shows_one_line_and_logs_its_trace(tmp_path, 
     err = capfd.readouterr().err
     assert "in the grader's thread teardown: ValueError: a descriptor that was not open" in err and "Traceback" not in err, err
     assert "Traceback" in log.read_text()
+
+
+def _graded_slowly() -> None:
+    import time
+
+    time.sleep(600)
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["idle", "grading"])
+def test_an_interrupted_lane_prints_no_traceback(tmp_path, capfd, busy):
+    """A stopped class says it was stopped, once, from the parent: its lanes' processes, idle or in
+    the middle of a student, end without a Python traceback of the interrupt (a class of 24 stopped
+    by its time limit printed one per lane)."""
+    import contextlib
+    import multiprocessing
+    import time
+
+    from grader.classroom.lanes import GpuLane
+
+    manager = multiprocessing.get_context("spawn").Manager()
+    try:
+        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
+        lane.pool.submit(int).result(timeout=120)  # the lane's process is up
+        if busy:
+            lane.pool.submit(_graded_slowly)
+            time.sleep(1.0)
+        [proc] = lane._processes()
+        lane.interrupt()
+        time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGINT)  # (Ctrl-C reaches the lane too, while it handles the first stop)
+        lane.close(wait=False)
+        proc.join(timeout=10)
+    finally:
+        manager.shutdown()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+

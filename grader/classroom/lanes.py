@@ -81,7 +81,7 @@ def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inhe
     # several students at once on the GPU: their work takes turns with each timing
     inherit.adopt(inherited, gputurns.Turns(folder) if per_gpu > 1 else None)
     report_thread_errors()  # a thread of the lane's that fails says so in one line, not a trace among the progress
-    stopping.install()  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
+    stopping.install(quiet=True)  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
     os.environ.update(seeing_only(slot.index))
     outbox: queues.SimpleQueue[Any] = queues.SimpleQueue()
     threading.Thread(target=carried(_forward), args=(outbox, queue), name="lane-progress", daemon=True).start()
