@@ -323,3 +323,30 @@ def test_an_interrupted_lane_prints_no_traceback(tmp_path, capfd, busy):
     err = capfd.readouterr().err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
 
+
+def _blas_threads() -> int:
+    from threadpoolctl import threadpool_info
+
+    return max(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+
+
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_a_lanes_blas_takes_its_share_of_the_cpus(lanes):
+    """Every lane's oracle products on a thread per CPU oversubscribe the host: each lane's process
+    gets its share (and the only lane all of them)."""
+    import multiprocessing
+
+    from grader.classroom.lanes import GpuLane, blas_threads
+    from grader.isolation.options import usable_cpus
+
+    manager = multiprocessing.get_context("spawn").Manager()
+    try:
+        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 5.0,
+                       lanes=lanes)
+        seen = lane.pool.submit(_blas_threads).result(timeout=120)
+        lane.close()
+    finally:
+        manager.shutdown()
+    assert seen == blas_threads(lanes) == max(1, usable_cpus() // lanes)
+    if lanes == 1:
+        assert seen == min(usable_cpus(), _blas_threads()), "the only lane keeps numpy's own count"

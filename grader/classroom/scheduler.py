@@ -57,8 +57,9 @@ class Scheduler:
             self._events = self._manager.Queue()
             inherited = inherit.capture()  # every lane grades with the labs and secret this process resolved
             # seat by seat: the first students go one to each GPU
+            count = self.per_gpu * len(self.slots)
             return [GpuLane(slot, self.options, self._events, self.visibility, self.health_wait_s, labs, inherited, seat,
-                            self.per_gpu) for seat in range(self.per_gpu) for slot in self.slots]
+                            self.per_gpu, count) for seat in range(self.per_gpu) for slot in self.slots]
         return [ThreadLane(f"cpu{k}", self.options, self.display.lane, self.visibility) for k in range(self.jobs)]
 
     def _forward_events(self, stop: threading.Event) -> None:
