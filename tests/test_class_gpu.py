@@ -147,7 +147,7 @@ def test_two_students_at_once_on_one_gpu_time_alone_and_get_what_each_gets_alone
     for sid in ("ref2", "ref3"):
         shutil.copytree(repos / "ref", repos / sid)
     out = tmp_path / "out"
-    run = grade_class(roster.from_folder(repos), FRESH, ClassOptions(out, LABS, health_wait_s=30, per_gpu=2),
+    run = grade_class(roster.from_folder(repos), FRESH, ClassOptions(out, LABS, gpus="0", health_wait_s=30, per_gpu=2),
                       Display(quiet=True))
     assert {r.lane for r in run.graded} == {"gpu0", "gpu0.1"}
     for sid in ("ref", "ref2", "ref3", "wrong"):
