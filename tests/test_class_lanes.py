@@ -350,3 +350,33 @@ def test_a_lanes_blas_takes_its_share_of_the_cpus(lanes):
     assert seen == blas_threads(lanes) == max(1, usable_cpus() // lanes)
     if lanes == 1:
         assert seen == min(usable_cpus(), _blas_threads()), "the only lane keeps numpy's own count"
+
+
+def test_a_stopped_lane_starts_no_process_again(tmp_path):
+    """A lane whose process the stop ended must not take that for a crash and start a fresh one for
+    its student: nothing would stop that one, and the class's process waited for it at exit until
+    it was killed (a class stopped by its time limit on four H200s)."""
+    import multiprocessing
+
+    from grader.classroom import stopping
+    from grader.classroom.lanes import GpuLane
+    from grader.labspec.labs import find_lab
+
+    target = tmp_path / "repos" / "alice" / "labs" / LAB / "student.cu"
+    target.parent.mkdir(parents=True)
+    shutil.copy(find_lab(LAB).files.reference, target)
+    options = GradeOptions(gpu=False)
+    job = plan.plan_student(roster.from_folder(tmp_path / "repos")[0], [find_lab(LAB)], options, tmp_path / "out", tmp_path)
+    manager = multiprocessing.get_context("spawn").Manager()
+    try:
+        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, manager.Queue(), "visible", 5.0, (LAB,))
+        lane.rehearsal.result(timeout=120)
+        [proc] = lane._processes()
+        lane.interrupt()
+        proc.join(timeout=10)
+        with pytest.raises(stopping.Stopped):
+            lane.run(job)
+        assert not [p for p in lane._processes() if p.is_alive()], "a process started after the stop"
+        lane.close(wait=False)
+    finally:
+        manager.shutdown()

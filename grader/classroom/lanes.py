@@ -188,10 +188,17 @@ class GpuLane(Lane):
             if rehearsal is not None:
                 rehearsal.result()
         except BrokenProcessPool:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self.pool = self._start()
+            self._start_again()
         except Exception:
             pass
+
+    def _start_again(self) -> None:
+        """A fresh process for the lane, in place of one that died; none once the lane was stopped
+        (the stop ended that process: nothing would end a new one, and the class would wait for it)."""
+        if self._stopped is not None:
+            raise stopping.Stopped(f"the lane on {self.name} was stopped")
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._start()
 
     def run(self, job: StudentJob) -> StudentResult:
         self._rehearsed()
@@ -201,8 +208,7 @@ class GpuLane(Lane):
             why = "the grading process died (killed, or out of memory) while grading this student"
         except Exception as exc:  # the lane could not run the job at all (it could not be sent, say)
             why = f"the lane on {self.name} failed: {type(exc).__name__}: {exc}"
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        self.pool = self._start()
+        self._start_again()
         # (the other commit of a late student is not graded here either: this process grades nothing)
         return grade_student(dataclasses.replace(job, failure=why, ontime=None), self.options, visibility=self.visibility,
                              lane=self.name)
