@@ -36,7 +36,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.classroom import roster  # noqa: E402
+from grader.classroom import roster, stopping  # noqa: E402
 from grader.classroom import shard as shards  # noqa: E402
 from grader.classroom.progress import LANES_LOG, Display, read_log  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
@@ -303,10 +302,6 @@ def grade_alone_over(work: Path, names: list[str], gpus: list[int], forwarded: l
     return next((code for code in codes if code), 0)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def print_busy(sampler: BusySampler) -> None:
     for index, samples in sampler.samples.items():
         busy = statistics.fmean(samples) if samples else 0.0
@@ -513,7 +508,9 @@ def main() -> int:
         shutil.rmtree(repos, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
         names = build_class(repos, count)
-    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` ends a long run: its figures so far are still printed
+    # `timeout` ends a long run: its figures so far are still printed, and as grade-class does, the
+    # students in flight are not published (a resumed run grades them)
+    stopping.install()
     if args.alone_only and shard is None and len(spread := [s.index for s in gpu_slots(options, args.gpus)]) > 1:
         forwarded = ["--students", str(count), "--counters", args.counters, *(["--warm"] if args.warm else [])]
         return grade_alone_over(work, names, spread, forwarded)
