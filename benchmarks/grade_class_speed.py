@@ -388,6 +388,7 @@ def print_serial(out: Path, gpus: int) -> None:
 _CASE = re.compile(r"^\[[\w-]+\] correctness \d+/\d+")
 _TIMING = re.compile(r"^\[[\w-]+\] timing against ")
 _OVER = re.compile(r"^\[[\w-]+\] (sanitizer|counters): every run over after ")
+_SECOND = re.compile(r"^\[([\w-]+)\] correctness 2/\d+")  # (the lab's first case is over)
 
 
 def phases(log: Path) -> str:
@@ -397,7 +398,8 @@ def phases(log: Path) -> str:
     wait for the GPU's turn, the timed calls and the checks). With several seats, the phase that
     grows is where the seats wait on one another; "" where no student was timed. Where the log says
     when each stage's runs were over, also when (after the last case) its labs' last sanitizer
-    and counter runs were."""
+    and counter runs were; and how long after the student's start each lab's first case was over
+    (its worker started, with its CUDA context: where lanes wait on the host's context starts)."""
     marks: dict[str, dict[str, float]] = {}
     for seconds, _, student, text in read_log(log):
         if student == "-":
@@ -406,6 +408,8 @@ def phases(log: Path) -> str:
         if _CASE.match(text):
             mark.setdefault("first case", seconds)
             mark["last case"] = seconds
+            if second := _SECOND.match(text):
+                mark.setdefault(f"second case {second[1]}", seconds)
         elif _TIMING.match(text):
             mark.setdefault("timing", seconds)
         elif over := _OVER.match(text):
@@ -418,9 +422,12 @@ def phases(log: Path) -> str:
     spans = [statistics.median(m[b] - m[a] for m in timed) for a, b in zip(order, order[1:])]
     ends = [f"{stage} +{statistics.median(m[stage] - m['last case'] for m in timed if stage in m):.1f} s"
             for stage in ("sanitizer", "counters") if any(stage in m for m in timed)]
+    firsts = [statistics.median(v - m["start"] for k, v in m.items() if k.startswith("second case ")) for m in timed
+              if any(k.startswith("second case ") for k in m)]
     return (f"a student's lane, median of {len(timed)} timed: {spans[0]:.1f} s to its first case, its cases {spans[1]:.1f} s, "
             f"its tool runs after them {spans[2]:.1f} s, its timing (opened, its turn, timed, checked) {spans[3]:.1f} s"
-            + (f"; its last runs over after its last case: {', '.join(ends)}" if ends else ""))
+            + (f"; its last runs over after its last case: {', '.join(ends)}" if ends else "")
+            + (f"; a lab's first case over {statistics.median(firsts):.1f} s after the student's start" if firsts else ""))
 
 
 def slowest(log: Path, count: int = 3) -> list[str]:

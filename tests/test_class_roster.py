@@ -444,6 +444,13 @@ def test_the_class_benchmark_splits_a_students_lane_into_its_phases(tmp_path):
                   (start + 3.5 + k + 3.0, "gpu0", student, "[histogram] counters: every run over after 6.0 s")]
     log.write_text("".join(f"{t:9.1f}{progress.LOG_SEP}{lane}  {who}  {text}\n" for t, lane, who, text in sorted(lines)))
     assert bench.phases(log).endswith("; its last runs over after its last case: sanitizer +3.0 s, counters +3.0 s")
+    # each lab's second case starts once its first is over (its worker up): the median lab of the median student
+    for k, (student, start) in enumerate((("ann", 1.0), ("bob", 20.0), ("cy", 40.0))):
+        lines += [(start + 1.5 + k, "gpu0", student, "[histogram] correctness 2/12: one_letter_n1"),
+                  (start + 2.0 + k, "gpu0", student, "[memory_types] correctness 2/8: n=1,mask_width=15"),
+                  (start + 2.5 + k, "gpu0", student, "[tiled_matmul] correctness 2/5: width=48")]
+    log.write_text("".join(f"{t:9.1f}{progress.LOG_SEP}{lane}  {who}  {text}\n" for t, lane, who, text in sorted(lines)))
+    assert bench.phases(log).endswith("counters +3.0 s; a lab's first case over 3.0 s after the student's start"), bench.phases(log)
 
 
 def _class_benchmark():
