@@ -7,7 +7,10 @@ worker), so lanes on different GPUs wait for one another's starts.
 
 Each process sees one GPU (``CUDA_VISIBLE_DEVICES``), imports CuPy, then times its first
 allocation and synchronize (the context's start). Prints, per arrangement, the seconds each
-process's start took: min, median and max over the processes of every round.
+process's start took: min, median and max over the processes of every round. Where
+compute-sanitizer is found, a last arrangement starts the processes spread over the GPUs beside
+one racecheck run of the same program on each GPU (as a student's workers start beside its tool
+runs) and times the plain ones.
 """
 
 from __future__ import annotations
@@ -18,25 +21,33 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from grader.host import toolchain  # noqa: E402
 from grader.host.gpus import nvml_devices, seeing_only, visible  # noqa: E402
 
 PROBE = ("import time, cupy\nt = time.perf_counter()\ncupy.zeros(1)\ncupy.cuda.Device().synchronize()\n"
          "print(time.perf_counter() - t)")
 
 
-def starts(gpus: list[int]) -> list[float]:
-    """Start one process per entry of ``gpus`` (the GPU it sees) at once; each one's seconds."""
-    procs = [subprocess.Popen([sys.executable, "-c", PROBE], env={**os.environ, **seeing_only(g)},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for g in gpus]
+def starts(gpus: list[int], beside: list[int] | None = None, tool: list[str] | None = None, probe: str = PROBE) -> list[float]:
+    """Start one process per entry of ``gpus`` (the GPU it sees) at once; each one's seconds. With
+    ``beside``, a process under ``tool`` (compute-sanitizer and its tool) starts on each of those
+    GPUs at the same moment; only the plain processes' seconds are returned."""
+    launched = [([sys.executable, "-c", probe], g, True) for g in gpus]
+    launched += [([*(tool or []), sys.executable, "-c", probe], g, False) for g in beside or []]
+    procs = [(subprocess.Popen(cmd, env={**os.environ, **seeing_only(g)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True), g, plain) for cmd, g, plain in launched]
     out = []
-    for gpu, p in zip(gpus, procs):
+    for p, gpu, plain in procs:
         stdout, stderr = p.communicate(timeout=300)
         if p.returncode != 0:
-            raise SystemExit(f"a context start failed on GPU {gpu}: {stderr.strip()[-300:]}")
-        out.append(float(stdout.strip()))
+            raise SystemExit(f"a context start failed on GPU {gpu}{'' if plain else ' under ' + ' '.join(tool or [])}: "
+                             f"{(stderr or stdout).strip()[-300:]}")
+        if plain:
+            out.append(float(stdout.strip()))
     return out
 
 
@@ -50,13 +61,18 @@ def main() -> int:
         print("needs a CUDA GPU: NVML lists none (no driver, or CUDA_VISIBLE_DEVICES hides them all)")
         return 1
     n = args.at_once
-    arrangements = [("1 alone", [gpus[0]]), (f"{n} at once on GPU {gpus[0]}", [gpus[0]] * n)]
+    arrangements: list[tuple[Any, ...]] = [("1 alone", [gpus[0]]), (f"{n} at once on GPU {gpus[0]}", [gpus[0]] * n)]
     if len(gpus) > 1:
         arrangements.append((f"{n} at once over {len(gpus)} GPUs", [gpus[k % len(gpus)] for k in range(n)]))
         arrangements.append((f"{2 * n} at once over {len(gpus)} GPUs", [gpus[k % len(gpus)] for k in range(2 * n)]))
-    print(f"CUDA context starts, seconds per process; {len(gpus)} GPU(s) visible")
-    for label, placed in arrangements:
-        seconds = [s for _ in range(args.rounds) for s in starts(placed)]
+    sanitizer = toolchain.find("compute-sanitizer")
+    racecheck = [str(sanitizer), "--tool", "racecheck"] if sanitizer else None
+    if racecheck:  # a student's tool runs start beside its workers: does a racecheck start hold the others up?
+        arrangements.append((f"{n} over {len(gpus)} GPU(s) + racecheck", [gpus[k % len(gpus)] for k in range(n)], gpus))
+    print(f"CUDA context starts, seconds per process; {len(gpus)} GPU(s) visible"
+          + ("" if racecheck else "; no compute-sanitizer, so no starts beside racecheck"))
+    for label, placed, *beside in arrangements:
+        seconds = [s for _ in range(args.rounds) for s in starts(placed, beside[0] if beside else None, racecheck)]
         print(f"{label:<28} min {min(seconds):5.2f}  median {statistics.median(seconds):5.2f}  max {max(seconds):5.2f}"
               f"  ({len(seconds)} starts)")
     return 0

@@ -536,6 +536,20 @@ def test_the_context_start_benchmark_says_it_needs_a_gpu_where_none_is_visible()
     assert done.returncode == 1 and done.stdout.startswith("needs a CUDA GPU") and "Traceback" not in done.stderr
 
 
+def test_the_context_start_benchmark_starts_tool_runs_beside_and_times_the_plain_processes_only(tmp_path, monkeypatch):
+    """Stand-ins for the probe and the tool: every process starts, each on the GPU it was placed
+    on, and only the plain ones' seconds come back; a tool run that fails names the tool."""
+    from benchmark_modules import load
+
+    module = load("context_starts")
+    monkeypatch.setenv("MARK", str(tmp_path / "started-"))
+    probe = "import os; open(os.environ['MARK'] + os.environ['CUDA_VISIBLE_DEVICES'] + '-' + str(os.getpid()), 'w'); print(0.25)"
+    assert module.starts([0, 1], beside=[2], tool=["env"], probe=probe) == [0.25, 0.25]
+    assert sorted(p.name.split("-")[1] for p in tmp_path.glob("started-*")) == ["0", "1", "2"]
+    with pytest.raises(SystemExit, match="under env -i"):
+        module.starts([0], beside=[1], tool=["env", "-i"], probe=probe)  # (the tool's process lacks MARK)
+
+
 def test_the_class_benchmark_counts_the_samples_taken_again_and_those_still_raised(tmp_path, capsys):
     bench = _class_benchmark()
     labs = [{"timings": {"_device": {"name": "GPU"}, "reference": {"samples_taken_again": 2},
