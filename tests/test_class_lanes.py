@@ -108,19 +108,25 @@ def test_several_seats_on_one_gpu_are_lanes_of_their_own_each_with_its_lock(tmp_
     assert {r.lane for r in results} == {"gpu7", "gpu7.1"}, "both seats graded"
 
 
-def test_a_rehearsal_that_takes_its_lane_process_down_costs_the_first_student_nothing(tmp_path):
-    """A lane readies its GPU before its first student, in its own process; should that process
-    die there, the lane starts afresh and the student is graded as if there had been none."""
-    import multiprocessing
-
-    from grader.classroom.lanes import GpuLane
+def _alice(tmp_path: Path) -> tuple[GradeOptions, plan.StudentJob]:
+    """A class of one (alice, the lab's reference) planned without a GPU: its options and job."""
     from grader.labspec.labs import find_lab
 
     target = tmp_path / "repos" / "alice" / "labs" / LAB / "student.cu"
     target.parent.mkdir(parents=True)
     shutil.copy(find_lab(LAB).files.reference, target)
     options = GradeOptions(gpu=False)
-    job = plan.plan_student(roster.from_folder(tmp_path / "repos")[0], [find_lab(LAB)], options, tmp_path / "out", tmp_path)
+    return options, plan.plan_student(roster.from_folder(tmp_path / "repos")[0], [find_lab(LAB)], options, tmp_path / "out", tmp_path)
+
+
+def test_a_rehearsal_that_takes_its_lane_process_down_costs_the_first_student_nothing(tmp_path):
+    """A lane readies its GPU before its first student, in its own process; should that process
+    die there, the lane starts afresh and the student is graded as if there had been none."""
+    import multiprocessing
+
+    from grader.classroom.lanes import GpuLane
+
+    options, job = _alice(tmp_path)
     manager = multiprocessing.get_context("spawn").Manager()
     try:
         lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, manager.Queue(), "visible", 5.0, (LAB,))
@@ -354,19 +360,13 @@ def test_a_lanes_blas_takes_its_share_of_the_cpus(lanes):
 
 def test_a_stopped_lane_starts_no_process_again(tmp_path):
     """A lane whose process the stop ended must not take that for a crash and start a fresh one for
-    its student: nothing would stop that one, and the class's process waited for it at exit until
-    it was killed (a class stopped by its time limit on four H200s)."""
+    its student (nothing would stop that one), nor grade the student as failed."""
     import multiprocessing
 
     from grader.classroom import stopping
     from grader.classroom.lanes import GpuLane
-    from grader.labspec.labs import find_lab
 
-    target = tmp_path / "repos" / "alice" / "labs" / LAB / "student.cu"
-    target.parent.mkdir(parents=True)
-    shutil.copy(find_lab(LAB).files.reference, target)
-    options = GradeOptions(gpu=False)
-    job = plan.plan_student(roster.from_folder(tmp_path / "repos")[0], [find_lab(LAB)], options, tmp_path / "out", tmp_path)
+    options, job = _alice(tmp_path)
     manager = multiprocessing.get_context("spawn").Manager()
     try:
         lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, manager.Queue(), "visible", 5.0, (LAB,))
