@@ -371,12 +371,14 @@ def test_a_stopped_lane_starts_no_process_again(tmp_path):
     try:
         lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, manager.Queue(), "visible", 5.0, (LAB,))
         lane.rehearsal.result(timeout=120)
-        [proc] = lane._processes()
+        first, [proc] = lane.pool, lane._processes()
         lane.interrupt()
-        proc.join(timeout=10)
+        proc.join(timeout=10)  # (ended, or still there for the close to kill: the stop may reach it mid-task)
         with pytest.raises(stopping.Stopped):
             lane.run(job)
-        assert not [p for p in lane._processes() if p.is_alive()], "a process started after the stop"
+        assert lane.pool is first and [p.pid for p in lane._processes()] in ([], [proc.pid]), "a process started after the stop"
         lane.close(wait=False)
+        proc.join(timeout=10)
+        assert not proc.is_alive()
     finally:
         manager.shutdown()

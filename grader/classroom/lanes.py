@@ -201,6 +201,8 @@ class GpuLane(Lane):
         self.pool = self._start()
 
     def run(self, job: StudentJob) -> StudentResult:
+        if self._stopped is not None:  # (a stopped lane grades no one: its pool would start a process for it)
+            raise stopping.Stopped(f"the lane on {self.name} was stopped")
         self._rehearsed()
         try:
             return self.pool.submit(_lane_grade, job, self.options, self.visibility).result()
