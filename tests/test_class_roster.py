@@ -568,8 +568,10 @@ def test_the_class_benchmark_tells_the_graders_workers_from_its_other_python_by_
     import psutil
 
     bench = _class_benchmark()
-    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "from grader.worker.main import main"])
+    worker = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)", "from grader.worker.main import main"],
+                              stdout=subprocess.PIPE, text=True)
     try:
+        assert worker.stdout is not None and worker.stdout.readline() == "up\n"  # (started: its command line is its own)
         assert bench.program_of(psutil.Process(worker.pid)) == "python: workers"
         assert bench.program_of(psutil.Process()) == "python: the grader"
     finally:
