@@ -193,8 +193,8 @@ class GpuLane(Lane):
             pass
 
     def _start_again(self) -> None:
-        """A fresh process for the lane, in place of one that died; none once the lane was stopped
-        (the stop ended that process: nothing would end a new one, and the class would wait for it)."""
+        """A fresh process for the lane, in place of one that died; none once the lane was stopped:
+        the stop ended that process, and its student is neither graded again nor failed."""
         if self._stopped is not None:
             raise stopping.Stopped(f"the lane on {self.name} was stopped")
         self.pool.shutdown(wait=False, cancel_futures=True)
