@@ -4,6 +4,7 @@ grading each repository alone. Skipped without a GPU."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -164,3 +165,39 @@ def test_two_students_at_once_on_one_gpu_time_alone_and_get_what_each_gets_alone
         counted = {(lab["lab"], c["id"]): (c["measured"].get("counted_by"), c["measured"].get("replayer_refused"))
                    for lab in labs for c in lab["checks"] if c["stage"] == "counters"}
         assert counted and all(by == ("replayer", None) for by in counted.values()), (sid, counted)
+
+
+@pytest.mark.gpu
+def test_a_class_stopped_while_its_lanes_grade_ends_within_seconds_and_quietly(tmp_path):
+    """SIGTERM (a job's time limit) to a class whose GPU lanes are grading: it ends within seconds,
+    exit 130, with no Python traceback. Stopped by its time limit on four H200s, the class
+    benchmark printed its figures and then did not end until it was killed, three times in five."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from grader.classroom.progress import LANES_LOG
+
+    repos = _class(tmp_path)
+    for k in range(4):
+        shutil.copytree(repos / "ref", repos / f"ref{k}")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-class", str(repos), "--out", str(out), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        log = out / LANES_LOG
+        while not (log.is_file() and " correctness " in log.read_text(errors="replace")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the class never reached a correctness case"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # (the class's process alone, as a scheduler ends a job)
+        stopped = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert took < 20, f"the stopped class took {took:.1f} s to end"
