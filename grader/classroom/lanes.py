@@ -192,17 +192,20 @@ class GpuLane(Lane):
         except Exception:
             pass
 
-    def _start_again(self) -> None:
-        """A fresh process for the lane, in place of one that died; none once the lane was stopped:
-        the stop ended that process, and its student is neither graded again nor failed."""
+    def _refuse_if_stopped(self) -> None:
+        """A stopped lane grades no one and starts nothing: its pool would start a process for the
+        student, which nothing would end, and a student whose process the stop ended is not failed."""
         if self._stopped is not None:
             raise stopping.Stopped(f"the lane on {self.name} was stopped")
+
+    def _start_again(self) -> None:
+        """A fresh process for the lane, in place of one that died (none once the lane was stopped)."""
+        self._refuse_if_stopped()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.pool = self._start()
 
     def run(self, job: StudentJob) -> StudentResult:
-        if self._stopped is not None:  # (a stopped lane grades no one: its pool would start a process for it)
-            raise stopping.Stopped(f"the lane on {self.name} was stopped")
+        self._refuse_if_stopped()
         self._rehearsed()
         try:
             return self.pool.submit(_lane_grade, job, self.options, self.visibility).result()
