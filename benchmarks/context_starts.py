@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -61,18 +60,22 @@ def main() -> int:
         print("needs a CUDA GPU: NVML lists none (no driver, or CUDA_VISIBLE_DEVICES hides them all)")
         return 1
     n = args.at_once
-    arrangements: list[tuple[Any, ...]] = [("1 alone", [gpus[0]]), (f"{n} at once on GPU {gpus[0]}", [gpus[0]] * n)]
+    def spread(count: int) -> list[int]:
+        return [gpus[k % len(gpus)] for k in range(count)]
+
+    # (label, the GPUs of the plain starts, those of the racecheck starts beside them)
+    arrangements: list[tuple[str, list[int], list[int] | None]] = [
+        ("1 alone", [gpus[0]], None), (f"{n} at once on GPU {gpus[0]}", [gpus[0]] * n, None)]
     if len(gpus) > 1:
-        arrangements.append((f"{n} at once over {len(gpus)} GPUs", [gpus[k % len(gpus)] for k in range(n)]))
-        arrangements.append((f"{2 * n} at once over {len(gpus)} GPUs", [gpus[k % len(gpus)] for k in range(2 * n)]))
+        arrangements += [(f"{n} at once over {len(gpus)} GPUs", spread(n), None), (f"{2 * n} at once over {len(gpus)} GPUs", spread(2 * n), None)]
     sanitizer = toolchain.find("compute-sanitizer")
     racecheck = [str(sanitizer), "--tool", "racecheck"] if sanitizer else None
     if racecheck:  # a student's tool runs start beside its workers: does a racecheck start hold the others up?
-        arrangements.append((f"{n} over {len(gpus)} GPU(s) + racecheck", [gpus[k % len(gpus)] for k in range(n)], gpus))
+        arrangements.append((f"{n} over {len(gpus)} GPU(s) + racecheck", spread(n), gpus))
     print(f"CUDA context starts, seconds per process; {len(gpus)} GPU(s) visible"
           + ("" if racecheck else "; no compute-sanitizer, so no starts beside racecheck"))
-    for label, placed, *beside in arrangements:
-        seconds = [s for _ in range(args.rounds) for s in starts(placed, beside[0] if beside else None, racecheck)]
+    for label, placed, beside in arrangements:
+        seconds = [s for _ in range(args.rounds) for s in starts(placed, beside, racecheck)]
         print(f"{label:<28} min {min(seconds):5.2f}  median {statistics.median(seconds):5.2f}  max {max(seconds):5.2f}"
               f"  ({len(seconds)} starts)")
     return 0

@@ -252,6 +252,12 @@ def compare_with(saved: list[Path], out: Path, names: list[str]) -> list[Differe
     return [line for name in names if name in earlier for line in differ(name, verdicts(earlier[name]), in_class_verdicts(out, name), before)]
 
 
+def _save(saved: Path, done: dict[str, Any]) -> None:
+    """The verdicts graded alone, written whole (a run stopped while it writes leaves the last file)."""
+    saved.with_suffix(".tmp").write_text(json.dumps(done))
+    saved.with_suffix(".tmp").replace(saved)
+
+
 def grade_alone(repos: Path, names: list[str], options: GradeOptions, saved: Path) -> int:
     """--alone-only: every repository of ``names`` graded alone, its verdicts saved as soon as it is graded."""
     done: dict[str, Any] = json.loads(saved.read_text()) if saved.is_file() else {}
@@ -260,8 +266,7 @@ def grade_alone(repos: Path, names: list[str], options: GradeOptions, saved: Pat
         for k, name in enumerate(n for n in names if n not in done):
             t0 = time.monotonic()
             done[name] = alone_verdicts(repos / name, options)
-            saved.with_suffix(".tmp").write_text(json.dumps(done))
-            saved.with_suffix(".tmp").replace(saved)
+            _save(saved, done)
             print(f"alone {k + 1}: {name} in {time.monotonic() - t0:.1f} s", flush=True)
     except KeyboardInterrupt:
         print(f"interrupted: {len(done)} of {len(names)} repositories saved in {saved}; go on with --resume")
@@ -296,8 +301,7 @@ def grade_alone_over(work: Path, names: list[str], gpus: list[int], forwarded: l
         codes.append(130)
     for path in slices:
         done.update(json.loads(path.read_text()) if path.is_file() else {})
-    saved.with_suffix(".tmp").write_text(json.dumps(done))
-    saved.with_suffix(".tmp").replace(saved)
+    _save(saved, done)
     print(f"graded alone: {len(done)} of {len(names)} repositories saved in {saved}")
     return next((code for code in codes if code), 0)
 
@@ -422,8 +426,8 @@ def phases(log: Path) -> str:
     spans = [statistics.median(m[b] - m[a] for m in timed) for a, b in zip(order, order[1:])]
     ends = [f"{stage} +{statistics.median(m[stage] - m['last case'] for m in timed if stage in m):.1f} s"
             for stage in ("sanitizer", "counters") if any(stage in m for m in timed)]
-    firsts = [statistics.median(v - m["start"] for k, v in m.items() if k.startswith("second case ")) for m in timed
-              if any(k.startswith("second case ") for k in m)]
+    firsts = [statistics.median(after) for m in timed
+              if (after := [v - m["start"] for k, v in m.items() if k.startswith("second case ")])]
     return (f"a student's lane, median of {len(timed)} timed: {spans[0]:.1f} s to its first case, its cases {spans[1]:.1f} s, "
             f"its tool runs after them {spans[2]:.1f} s, its timing (opened, its turn, timed, checked) {spans[3]:.1f} s"
             + (f"; its last runs over after its last case: {', '.join(ends)}" if ends else "")
