@@ -368,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        stopping.end_within(130)  # (what is left, its pools and children, must not keep it)
         return 130
     except BrokenPipeError:  # the reader went away (`cuda-grader labs | head -1`): not our bug
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush

@@ -36,6 +36,20 @@ class SpecError(GraderError):
 
 def internal_error_id(exc: BaseException, log_path: Path | None = None) -> str:
     """Record an unexpected exception with its full trace and return a short id for users."""
+    return _logged("internal error", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), log_path)
+
+
+def threads_logged(what: str, log_path: Path, also: str = "") -> str:
+    """Record where each of this process's threads is (``what``: why; ``also``: more to say), under
+    a short id returned."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    stacks = [f"thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame))
+              for ident, frame in sys._current_frames().items()]
+    return _logged(what, "\n".join([*stacks, also]), log_path)
+
+
+def _logged(kind: str, text: str, log_path: Path | None) -> str:
+    """Append ``text`` to the log under a new short id (returned)."""
     short = uuid.uuid4().hex[:8]
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,8 +61,7 @@ def internal_error_id(exc: BaseException, log_path: Path | None = None) -> str:
         with open(fd, "a", encoding="utf-8") as fh:
             info = os.fstat(fd)
             if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_nlink == 1:
-                fh.write(f"--- internal error {short}\n")
-                fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                fh.write(f"--- {kind} {short}\n{text}")
     return short
 
 

@@ -170,7 +170,8 @@ def test_two_students_at_once_on_one_gpu_time_alone_and_get_what_each_gets_alone
 @pytest.mark.gpu
 def test_a_class_stopped_while_its_lanes_grade_ends_within_seconds_and_quietly(tmp_path):
     """SIGTERM (a job's time limit) to a class whose GPU lanes are grading: it ends within seconds,
-    exit 130, with no Python traceback. Stopped by its time limit on four H200s, the class
+    exit 130, with no Python traceback, and of itself (not by ending itself after the grace, which
+    would log what its exit waited for). Stopped by its time limit on four H200s, the class
     benchmark printed its figures and then did not end until it was killed, three times in five."""
     import signal
     import subprocess
@@ -183,8 +184,10 @@ def test_a_class_stopped_while_its_lanes_grade_ends_within_seconds_and_quietly(t
     for k in range(4):
         shutil.copytree(repos / "ref", repos / f"ref{k}")
     out = tmp_path / "out"
+    log_file = tmp_path / "grader.log"  # (where a stopped class that did not end says what it waited for)
     proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-class", str(repos), "--out", str(out), "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "GRADER_LOG": str(log_file)})
     try:
         deadline = time.monotonic() + 300
         log = out / LANES_LOG
@@ -199,5 +202,7 @@ def test_a_class_stopped_while_its_lanes_grade_ends_within_seconds_and_quietly(t
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    waited = log_file.read_text(errors="replace")[-6000:] if log_file.is_file() else ""
+    assert "had not ended" not in err, f"{err[-1000:]}\n{waited}"  # (it ended itself: what held it is a bug)
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
     assert took < 20, f"the stopped class took {took:.1f} s to end"

@@ -5,14 +5,22 @@ resumed run grades them again. Students published before the stop are whole, as 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 from types import FrameType
 
+import psutil
+
+from ..errors import internal_error_log, threads_logged
+from ..host.procgroup import GONE, below, kill_below
+
 _STOP = threading.Event()
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: How long a stopped process has to end (its lanes are killed 3 s after the stop) before it ends itself.
+END_GRACE_S = 15.0
 
 
 class Stopped(Exception):
@@ -42,3 +50,27 @@ def install(quiet: bool = False) -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in SIGNALS:
             signal.signal(sig, _stop_quietly if quiet else _stop)
+
+
+def end_within(code: int, seconds: float = END_GRACE_S) -> None:
+    """Once a stopped command has said so and is ending: should the process still be here
+    ``seconds`` later (a thread, a pool or a child that its exit waits for is stuck), record where
+    its threads are and which processes are below it, end those processes and end with ``code``,
+    saying so in one line. A stopped run must end; what kept it is in the log."""
+
+    def overdue() -> None:
+        me = psutil.Process()
+        children = []
+        for proc in below(me):
+            with contextlib.suppress(*GONE):
+                children.append(f"process {proc.pid} {proc.name()} ({proc.status()}): {' '.join(proc.cmdline())[:200]}")
+        log = internal_error_log()
+        short = threads_logged(f"not ended {seconds:.0f} s after the stop", log, "\n".join(children))
+        kill_below(me)
+        print(f"the grader had not ended {seconds:.0f} s after the stop: ended it and the {len(children)} processes "
+              f"below it (what it waited for is under {short} in {log})", file=sys.__stderr__, flush=True)
+        os._exit(code)
+
+    timer = threading.Timer(seconds, overdue)
+    timer.daemon = True  # (a process that ends in time is not held by it)
+    timer.start()

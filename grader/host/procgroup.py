@@ -215,6 +215,16 @@ def kill_tree(root: psutil.Process, settle_s: float = SETTLE_S) -> bool:
     return _kill_all(doomed, settle_s)
 
 
+def kill_below(root: psutil.Process, settle_s: float = SETTLE_S) -> bool:
+    """:func:`kill_tree` of every process below ``root``, ``root`` spared (a process ending its own)."""
+    return _kill_all(_below(root), settle_s)
+
+
+def below(root: psutil.Process) -> list[psutil.Process]:
+    """Every process below ``root`` now."""
+    return _below(root)
+
+
 def _kill_all(doomed: list[psutil.Process], settle_s: float) -> bool:
     """SIGKILL each of ``doomed``, then wait up to ``settle_s`` for them all to be gone."""
     for proc in doomed:

@@ -1,0 +1,66 @@
+"""A stopped command ends: whatever its exit would wait for (a stuck thread, a child), it is gone
+within the grace, saying why in one line, with where its threads were in the log."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STUCK = """
+import subprocess, sys, threading
+from grader.classroom import stopping
+child = subprocess.Popen(["sleep", "600"])
+print(child.pid, flush=True)
+def stuck_at_exit():
+    threading.Event().wait()
+threading.Thread(target=stuck_at_exit, name="stuck-join").start()  # not a daemon: the exit waits for it
+stopping.end_within(130, seconds=float(sys.argv[1]))
+sys.exit(130)
+"""
+
+ENDS = """
+import sys
+from grader.classroom import stopping
+stopping.end_within(130, seconds=float(sys.argv[1]))
+sys.exit(130)
+"""
+
+
+def _run(script: str, grace: float, log: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+    env = {**os.environ, "GRADER_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script, str(grace)], capture_output=True, text=True, env=env, timeout=60)
+    return done, time.monotonic() - started
+
+
+def test_a_stopped_process_whose_exit_is_stuck_ends_itself_and_what_it_started(tmp_path):
+    log = tmp_path / "grader.log"
+    done, took = _run(STUCK, 1.0, log)
+    assert done.returncode == 130 and took < 20, (done.returncode, took, done.stderr)
+    child = int(done.stdout.split()[0])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("the grader had not ended 1 s after the stop: ended it and the 1 processes below it"), done.stderr
+    assert f"in {log})" in lines[0]
+    short = lines[0].split("under ")[1].split()[0]
+    text = log.read_text()
+    assert f"--- not ended 1 s after the stop {short}" in text
+    assert "thread stuck-join:" in text and "in stuck_at_exit" in text  # where the exit waited
+    assert f"process {child} sleep (" in text and "sleep 600" in text
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the stopped process's child outlived it"
+        time.sleep(0.05)
+
+
+def test_a_stopped_process_that_ends_in_time_is_not_held_and_says_nothing_more(tmp_path):
+    log = tmp_path / "grader.log"
+    done, took = _run(ENDS, 30.0, log)
+    assert done.returncode == 130 and took < 15 and done.stderr == "", (took, done.stderr)
+    assert not log.exists()
