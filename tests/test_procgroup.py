@@ -227,3 +227,30 @@ def test_a_held_group_and_what_it_started_are_stopped_until_continued(tmp_path):
     finally:
         assert kill_group(proc.pid)
         proc.wait(5)
+
+
+def test_a_worker_started_ahead_starts_at_once_unless_gpu_work_takes_turns(tmp_path):
+    """Started ahead, a student's worker makes its CUDA context while its first case is readied;
+    where several students share the GPU its start waits for its first call's turn instead."""
+    from dataclasses import replace
+
+    from grader.context import current, entered
+    from grader.host import gputurns
+    from grader.host.hostlock import lock_place
+    from grader.isolation.launch import Isolation, RunDirs
+    from grader.isolation.runner import WorkerSession
+    from grader.isolation.sandbox import Sandbox
+
+    def session(name: str) -> WorkerSession:
+        return WorkerSession(RunDirs(tmp_path / name / "in", tmp_path / name / "out"), Isolation(Sandbox(None, reason="test")))
+
+    ahead = session("ahead")
+    try:
+        ahead.spawn_ahead()
+        assert ahead.proc is not None and ahead.starts == 1 and not ahead.ready  # started, not waited for
+    finally:
+        ahead.kill()
+    with entered(replace(current(), turns=gputurns.Turns(lock_place("GPU-test", tmp_path)))):
+        turned = session("turned")
+        turned.spawn_ahead()
+        assert turned.proc is None and turned.starts == 0

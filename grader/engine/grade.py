@@ -143,6 +143,12 @@ class LabGrading:
         sub = self.sub = Submission(spec, lab.name, build.library, build.kernels, archs, load_problem(spec), isolation,
                                     cache_dir, self._work, lab.deadline, options.submission_limit_s, secret_of(options),
                                     probe.gpu, source_lines=source_lines(lab.source))
+        # no student code reaches the trusted worker: it owns the student's buffers and times the baselines
+        workers = self.workers = Workers(WorkerSession(sub.student_dirs(), isolation),
+                                         baselines_worker(key_of(probe.gpu), isolation.for_baselines()),
+                                         bool(spec.benchmark and spec.benchmark.checks and options.timing))
+        # its context is made while the first case is readied, and asked for before the tool runs' contexts
+        workers.student.spawn_ahead()
         # Sanitizer and counter runs are separate processes on tiny cases, each in a thread of its own: they
         # overlap the correctness cases (their counts do not depend on what else runs); timing waits for them
         tools = self.tools = ToolStart(sub, options, lab.progress, self.background, shared, self._passed_when_done)
@@ -151,10 +157,6 @@ class LabGrading:
         self.background.open(sum(family.threads(spec) for family in FAMILIES))
         for family in FAMILIES:
             family.start(tools)
-        # no student code reaches the trusted worker: it owns the student's buffers and times the baselines
-        workers = self.workers = Workers(WorkerSession(sub.student_dirs(), isolation),
-                                         baselines_worker(key_of(probe.gpu), isolation.for_baselines()),
-                                         bool(spec.benchmark and spec.benchmark.checks and options.timing))
         ended: WorkerSession | None = None
         try:
             with self.clock.stage(Stage.CORRECTNESS.value):

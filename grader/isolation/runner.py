@@ -149,6 +149,14 @@ class WorkerSession:
         self.starts += 1
         self.ready = False
 
+    def spawn_ahead(self) -> None:
+        """:meth:`spawn` now, unless GPU work takes turns here (several students on one GPU: the
+        worker then starts in its first call's turn, as a step). A host makes CUDA contexts one at
+        a time: a worker started ahead makes its context while the caller readies the first call,
+        and asks for it before the tool runs started after it."""
+        if not gputurns.active():
+            self.spawn()
+
     def _start(self) -> TaskResult | None:
         """Start the worker, waiting up to ``MEMORY_WAIT_S`` for GPU memory that another process
         holds: the submission's own run under a sanitizer, say, of code that keeps every byte."""
