@@ -55,6 +55,7 @@ from grader.classroom import shard as shards  # noqa: E402
 from grader.classroom.progress import LANES_LOG, Display, read_log  # noqa: E402
 from grader.classroom.run import ClassOptions, gpu_slots, grade_class  # noqa: E402
 from grader.course.validate import load_solutions  # noqa: E402
+from grader.engine.grade import WORKER_START  # noqa: E402
 from grader.engine.repo import HEALTH_GATE, grade_repo, submission_path  # noqa: E402
 from grader.errors import GraderError  # noqa: E402
 from grader.gradebook.records import STUDENTS_DIR  # noqa: E402
@@ -340,6 +341,15 @@ def print_gate_waits(out: Path) -> None:
     print(f"health gate: held {len(held)} of {len(waits)} timings back, {sum(held):.1f} s in all")
 
 
+def print_worker_starts(out: Path) -> None:
+    """How long a lab's worker took to start (CuPy and its CUDA context, as it says; from the
+    reports): on a host of several GPUs, where lanes wait on one another's context starts."""
+    starts = sorted(float(v) for lab in _labs(out) if isinstance(v := lab["environment"].get(WORKER_START), (int, float)))
+    if starts:
+        print(f"a lab's worker started in {statistics.median(starts):.2f} s (median of {len(starts)}), "
+              f"{starts[len(starts) * 9 // 10]:.2f} s at the 90th percentile, {starts[-1]:.2f} s at most")
+
+
 def print_retakes(out: Path) -> None:
     """How often a timed call looked disturbed and was taken again, and how many of the students'
     samples still had to be raised to the grader's round trip (from the reports)."""
@@ -456,6 +466,7 @@ def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1, 
     if on_gpu:
         print_busy(sampler)
         print_gate_waits(out)
+        print_worker_starts(out)
         print_retakes(out)
         print_serial(out, gpus)
     print_stages(out)

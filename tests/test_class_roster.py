@@ -578,3 +578,21 @@ def test_the_class_benchmark_tells_the_graders_workers_from_its_other_python_by_
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_the_class_benchmark_says_how_long_the_labs_workers_took_to_start(tmp_path, capsys):
+    """From the reports: the median, 90th percentile and longest of the labs' worker starts (as
+    each worker said); labs without the figure (no GPU, or a worker that never started) are left out."""
+    from grader.engine.grade import WORKER_START
+
+    bench = _class_benchmark()
+    for k, starts in enumerate(([0.4, 1.0, 2.0], [0.5, None, 3.5], [6.0, 0.6, 0.7, 0.8])):
+        folder = tmp_path / "students" / f"s{k}"
+        folder.mkdir(parents=True)
+        labs = [{"environment": {} if s is None else {WORKER_START: s}} for s in starts]
+        (folder / "report.json").write_text(json.dumps({"labs": labs}))
+    bench.print_worker_starts(tmp_path)
+    assert capsys.readouterr().out == ("a lab's worker started in 0.80 s (median of 9), 6.00 s at the 90th percentile, "
+                                       "6.00 s at most\n")
+    bench.print_worker_starts(tmp_path / "none")
+    assert capsys.readouterr().out == ""

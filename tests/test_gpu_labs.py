@@ -72,6 +72,7 @@ def test_reference_report_has_timing_figures():
     assert student["gflops"] > 100
     assert 0 < student["pct_fp32_peak"] < 100
     assert report.environment["device.peak_fp32_gflops"] > 1000
+    assert 0 < report.environment["device.worker_start_s"] < 120  # (its worker said how long its start took)
 
 
 @pytest.mark.gpu

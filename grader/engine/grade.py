@@ -43,6 +43,9 @@ from .background import Background, StageClock
 from .phases import Lab, Opened, Timed, Together, Workers
 from .plan import course_only_results, fill_checks, gated_check, gated_ids, in_plan_order, launcher_prototype, planned_checks, runnable, without_gpu
 
+#: The lab's environment entry: what its student worker's start took (CuPy and the CUDA context), as it says.
+WORKER_START = "device.worker_start_s"
+
 
 class LabGrading:
     """One submission for one lab, graded in phases: ``start()`` compiles, inspects the compiled
@@ -166,6 +169,8 @@ class LabGrading:
             self._cases_over(self._correct())
             for family in FAMILIES:
                 family.cases_over(tools, ended)
+            if workers.student.start_s is not None:  # (where a host's CUDA context starts queue)
+                self.env[WORKER_START] = workers.student.start_s
         self._keep_worker_for_timing(workers)
         return self
 

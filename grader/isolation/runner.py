@@ -95,6 +95,15 @@ def describe_exit(returncode: int, trusted: bool = False) -> tuple[str, str]:
     return "exited", f"the process exited with status {returncode} while running your code (exit() called?)"
 
 
+def start_seconds(ready: dict[str, Any]) -> float | None:
+    """The seconds a worker's ready message says its start took (CuPy and its CUDA context: where
+    a host's context starts queue); None where the figure is missing or out of range."""
+    value = ready.get("start_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= STARTUP_LIMIT_S:
+        return None
+    return float(value)
+
+
 class WorkerSession:
     """A worker process that runs tasks one at a time; restarted after it dies or hangs."""
 
@@ -110,6 +119,7 @@ class WorkerSession:
         self.buffer = b""
         self.starts = 0
         self.ready = False
+        self.start_s: float | None = None  # what its first start took, as it says (shown, never judged)
         self.output = CappedOutput(OUTPUT_HEAD_BYTES, OUTPUT_TAIL_BYTES)
         self._ending = threading.RLock()  # a timed lab's workers end in the background, and again at its close
 
@@ -176,6 +186,8 @@ class WorkerSession:
             return None
         msg = self._read_message(STARTUP_LIMIT_S)
         self.ready = msg is not None and msg.get("event") == "ready"
+        if self.ready and self.start_s is None and msg is not None:
+            self.start_s = start_seconds(msg)
         if not self.ready:
             reason = (msg or {}).get("error") or "the worker did not start"
             self.kill()

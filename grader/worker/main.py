@@ -164,13 +164,14 @@ def serve() -> int:
     def send(obj: Reply) -> None:
         os.write(fd, (json.dumps(obj) + "\n").encode())
 
+    begun = time.monotonic()
     try:
         cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")))
         confine()
     except Exception as exc:
         send({"event": "startup_failed", "error": f"{type(exc).__name__}: {exc}"})
         return 1
-    send({"event": "ready"})
+    send({"event": "ready", "start_s": round(time.monotonic() - begun, 3)})  # (CuPy and the CUDA context)
     tasks = os.fdopen(int(os.environ["GRADER_TASK_FD"]), "r", encoding="utf-8")
     for line in tasks:
         task = json.loads(line)
