@@ -59,17 +59,22 @@ def end_within(code: int, seconds: float = END_GRACE_S) -> None:
     saying so in one line. A stopped run must end; what kept it is in the log."""
 
     def overdue() -> None:
-        me = psutil.Process()
+        me, log, said = psutil.Process(), internal_error_log(), "it could not be logged"
         children = []
-        for proc in below(me):
-            with contextlib.suppress(*GONE):
-                children.append(f"process {proc.pid} {proc.name()} ({proc.status()}): {' '.join(proc.cmdline())[:200]}")
-        log = internal_error_log()
-        short = threads_logged(f"not ended {seconds:.0f} s after the stop", log, "\n".join(children))
-        kill_below(me)
-        print(f"the grader had not ended {seconds:.0f} s after the stop: ended it and the {len(children)} processes "
-              f"below it (what it waited for is under {short} in {log})", file=sys.__stderr__, flush=True)
-        os._exit(code)
+        try:
+            for proc in below(me):
+                with contextlib.suppress(*GONE):
+                    children.append(f"process {proc.pid} {proc.name()} ({proc.status()}): {' '.join(proc.cmdline())[:200]}")
+            short = threads_logged(f"not ended {seconds:.0f} s after the stop", log, "\n".join(children))
+            said = f"what it waited for is under {short} in {log}"
+        except Exception:  # (the log is only for the diagnosis: the process ends regardless)
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                kill_below(me)
+                print(f"the grader had not ended {seconds:.0f} s after the stop: ended it and the {len(children)} "
+                      f"processes below it ({said})", file=sys.__stderr__, flush=True)
+            os._exit(code)
 
     timer = threading.Timer(seconds, overdue)
     timer.daemon = True  # (a process that ends in time is not held by it)
