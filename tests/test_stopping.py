@@ -25,6 +25,22 @@ stopping.end_within(130, seconds=float(sys.argv[1]))
 sys.exit(130)
 """
 
+STOP_STUCK = """
+import os, signal, subprocess, sys, threading
+from grader.classroom import stopping
+stopping.install(grace_s=float(sys.argv[1]))
+child = subprocess.Popen(["sleep", "600"])
+print(child.pid, flush=True)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    threading.Event().wait(30)  # (the stop interrupts it)
+except KeyboardInterrupt:
+    def cleanup_stuck():
+        threading.Event().wait()
+    cleanup_stuck()  # what the stop then does never ends
+sys.exit(0)
+"""
+
 ENDS = """
 import sys
 from grader.classroom import stopping
@@ -64,3 +80,12 @@ def test_a_stopped_process_that_ends_in_time_is_not_held_and_says_nothing_more(t
     done, took = _run(ENDS, 30.0, log)
     assert done.returncode == 130 and took < 15 and done.stderr == "", (took, done.stderr)
     assert not log.exists()
+
+
+def test_a_stop_whose_own_cleanup_is_stuck_ends_the_process_its_grace_after_the_signal(tmp_path):
+    log = tmp_path / "grader.log"
+    done, took = _run(STOP_STUCK, 1.0, log)
+    assert done.returncode == 130 and took < 20, (done.returncode, took, done.stderr)
+    assert done.stderr.startswith("the grader had not ended 1 s after the stop: ended it and the 1 processes below it"), done.stderr
+    text = log.read_text()
+    assert "in cleanup_stuck" in text and "sleep 600" in text

@@ -11,6 +11,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import Callable
 
 import psutil
 
@@ -21,6 +22,7 @@ _STOP = threading.Event()
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: How long a stopped process has to end (its lanes are killed 3 s after the stop) before it ends itself.
 END_GRACE_S = 15.0
+_ENDING: list[float] = []  # (armed once)
 
 
 class Stopped(Exception):
@@ -31,32 +33,37 @@ def requested() -> bool:
     return _STOP.is_set()
 
 
-def _stop(signum: int, frame: FrameType | None) -> None:
-    _STOP.set()
-    raise KeyboardInterrupt
+def _stopper(quiet: bool, grace_s: float) -> Callable[[int, FrameType | None], None]:
+    def stop(signum: int, frame: FrameType | None) -> None:
+        if not _STOP.is_set():
+            if quiet:
+                sys.stderr = open(os.devnull, "w")  # (the process ends with it open)
+            end_within(130, grace_s)  # whatever the stop then waits for
+        _STOP.set()
+        raise KeyboardInterrupt
+
+    return stop
 
 
-def _stop_quietly(signum: int, frame: FrameType | None) -> None:
-    if not _STOP.is_set():
-        sys.stderr = open(os.devnull, "w")  # (the process ends with it open)
-    _stop(signum, frame)
-
-
-def install(quiet: bool = False) -> None:
-    """Make each stopping signal set the stop, then interrupt the main thread (this process's).
+def install(quiet: bool = False, grace_s: float = END_GRACE_S) -> None:
+    """Make each stopping signal set the stop, then interrupt the main thread (this process's);
+    ``grace_s`` after the first, the process ends itself if it is still here (:func:`end_within`).
     ``quiet`` (a class's lane process): once stopped, the process prints nothing more. The
     interrupt ends it through its pool's machinery, which would print the traceback of each
     signal that reached it; the class's own process says that the run was stopped."""
     if threading.current_thread() is threading.main_thread():
         for sig in SIGNALS:
-            signal.signal(sig, _stop_quietly if quiet else _stop)
+            signal.signal(sig, _stopper(quiet, grace_s))
 
 
 def end_within(code: int, seconds: float = END_GRACE_S) -> None:
-    """Once a stopped command has said so and is ending: should the process still be here
-    ``seconds`` later (a thread, a pool or a child that its exit waits for is stuck), record where
-    its threads are and which processes are below it, end those processes and end with ``code``,
-    saying so in one line. A stopped run must end; what kept it is in the log."""
+    """Once a command is stopped: should the process still be here ``seconds`` later (a thread, a
+    pool or a child that its stop or its exit waits for is stuck), record where its threads are
+    and which processes are below it, end those processes and end with ``code``, saying so in one
+    line. A stopped run must end; what kept it is in the log. Armed once per process."""
+    if _ENDING:  # (both calls run in the main thread, a signal's handler among them)
+        return
+    _ENDING.append(seconds)
 
     def overdue() -> None:
         me, log, said = psutil.Process(), internal_error_log(), "it could not be logged"
@@ -73,7 +80,7 @@ def end_within(code: int, seconds: float = END_GRACE_S) -> None:
             with contextlib.suppress(Exception):
                 kill_below(me)
                 print(f"the grader had not ended {seconds:.0f} s after the stop: ended it and the {len(children)} "
-                      f"processes below it ({said})", file=sys.__stderr__, flush=True)
+                      f"processes below it ({said})", file=sys.stderr, flush=True)
             os._exit(code)
 
     timer = threading.Timer(seconds, overdue)
