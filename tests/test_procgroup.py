@@ -255,13 +255,3 @@ def test_a_worker_started_ahead_starts_at_once_unless_gpu_work_takes_turns(tmp_p
         turned.spawn_ahead()
         assert turned.proc is None and turned.starts == 0
 
-
-def test_a_workers_word_on_its_start_is_shown_only_where_it_is_a_plausible_number():
-    """The ready message's start time (shown in the lab's environment, never judged) must be a
-    number of seconds within the start's own limit."""
-    from grader.isolation.runner import STARTUP_LIMIT_S, start_seconds
-
-    assert start_seconds({"event": "ready", "start_s": 1.25}) == 1.25 and start_seconds({"start_s": 0}) == 0.0
-    for bad in (True, "1.0", -0.1, STARTUP_LIMIT_S + 1, float("nan"), None, [1.0]):
-        assert start_seconds({"event": "ready", "start_s": bad}) is None, bad
-    assert start_seconds({"event": "ready"}) is None

@@ -10,7 +10,7 @@ import pytest
 from worker_replies import LAUNCHER
 
 from grader.isolation import replies
-from grader.isolation.replies import Invalid, Reply
+from grader.isolation.replies import Invalid, Reply, start_seconds
 from grader.worker.protocol import (
     SharedBuffer,
     Status,
@@ -140,3 +140,12 @@ def test_a_one_shot_workers_result_is_one_case_or_marked_cases():
                                                                {"status": "worker_error"}]})
     assert marked == Reply(Status.OK, results=(Reply(Status.OK, seconds=0.5), Reply(Status.WORKER_ERROR)))
     assert replies.parse_result({"status": "ok", "results": []}) == Reply(Status.OK, results=())  # an empty list is not none
+
+
+def test_a_workers_word_on_its_start_is_shown_only_where_it_is_a_plausible_number():
+    """The ready message's start time (shown in the lab's environment, never judged) must be a
+    number of seconds within the start's own limit."""
+    assert start_seconds({"event": "ready", "start_s": 1.25}, 120) == 1.25 and start_seconds({"start_s": 0}, 120) == 0.0
+    for bad in (True, "1.0", -0.1, 120.5, float("nan"), None, [1.0]):
+        assert start_seconds({"event": "ready", "start_s": bad}, 120) is None, bad
+    assert start_seconds({"event": "ready"}, 120) is None

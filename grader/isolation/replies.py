@@ -304,3 +304,13 @@ def _typed(task: Task, raw: Mapping[str, Any]) -> Reply:
 
 def _two(pair: list[int]) -> tuple[int, int]:
     return pair[0], pair[1]
+
+
+def start_seconds(ready: Mapping[str, Any], limit_s: float) -> float | None:
+    """The seconds a worker's ready message says its start took (CuPy and its CUDA context: where
+    a host's context starts queue; shown, never judged); None where the figure is missing or not
+    within ``limit_s``, the start's own limit."""
+    value = ready.get("start_s")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= limit_s:
+        return None
+    return float(value)

@@ -95,15 +95,6 @@ def describe_exit(returncode: int, trusted: bool = False) -> tuple[str, str]:
     return "exited", f"the process exited with status {returncode} while running your code (exit() called?)"
 
 
-def start_seconds(ready: dict[str, Any]) -> float | None:
-    """The seconds a worker's ready message says its start took (CuPy and its CUDA context: where
-    a host's context starts queue); None where the figure is missing or out of range."""
-    value = ready.get("start_s")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= STARTUP_LIMIT_S:
-        return None
-    return float(value)
-
-
 class WorkerSession:
     """A worker process that runs tasks one at a time; restarted after it dies or hangs."""
 
@@ -187,7 +178,7 @@ class WorkerSession:
         msg = self._read_message(STARTUP_LIMIT_S)
         self.ready = msg is not None and msg.get("event") == "ready"
         if self.ready and self.start_s is None and msg is not None:
-            self.start_s = start_seconds(msg)
+            self.start_s = replies.start_seconds(msg, STARTUP_LIMIT_S)
         if not self.ready:
             reason = (msg or {}).get("error") or "the worker did not start"
             self.kill()
