@@ -43,7 +43,7 @@ from .gradebook import lms
 from .gradebook.grades import grades_of_record, read_manifest
 from .gradebook.late import LatePolicy, load_policy
 from .gradebook.merge import merge as merge_shards
-from .gradebook.records import StudentRecord, sandbox_note
+from .gradebook.records import StudentRecord, sandbox_note, student_folder
 from .gradebook.summary import terminal_lines
 from .host.hostdirs import output_dir, private_dir
 from .host.hostlock import lock_place
@@ -198,7 +198,14 @@ def cmd_grade_class(args: argparse.Namespace) -> int:
     exports = lms.targets(asked, [s.id for s in roster if s.id in chosen])
     cls = ClassOptions(args.out, tuple(find_lab(lab).id for lab in args.labs or ()), args.force, shard, args.gpus, args.jobs,
                        args.gradescope_visibility, args.health_wait, args.per_gpu, final_only=bool(exports) and not args.allow_partial)
-    run = grade_class(roster, _options(args), cls, class_display(args.quiet))
+    try:
+        run = grade_class(roster, _options(args), cls, class_display(args.quiet))
+    except KeyboardInterrupt:  # (a stopping signal: the run ends within its grace, whatever it then waits for)
+        kept = sum((student_folder(args.out, sid) / "report.json").is_file() for sid in chosen)
+        print(f"stopped: {kept} of {plural(len(chosen), 'student')} have their results in {args.out}/students (those being "
+              "graded were not kept); run the same command again to grade the rest and write grades.csv, summary.md and "
+              "the dashboard", file=sys.stderr)
+        return 130
     print(f"graded {plural(len(run.graded), 'student')}, kept {len(run.skipped)} already graded: {args.out}/grades.csv, "
           f"{args.out}/summary.md, one folder per student in {args.out}/students")
     _write_exports(exports, args, args.out, list(run.rows), troubles=True)

@@ -521,3 +521,28 @@ def test_a_students_results_json_shows_no_folder_of_the_tas(tmp_path):
     (test,) = doc["tests"]
     assert str(tmp_path) not in json.dumps(doc)
     assert test["output"] == "internal grader error 1a2b3c (RuntimeError: boom); the course staff have its trace (give them this id)"
+
+
+def test_a_stopped_class_says_how_many_students_are_kept_and_how_to_go_on(klass, tmp_path):
+    """Stopped once a student is published: exit 130, one line that counts the students whose
+    results are kept (as many as there are folders) and says to run the command again, and that
+    run grades the rest."""
+    out = tmp_path / "out"
+    lab_args = [a for lab in LABS for a in ("--lab", lab)]
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "GITHUB_STEP_SUMMARY")}
+    env["GRADER_CACHE_DIR"] = str(tmp_path / "cache")  # cold: six students take a while
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "grade-class", "--roster", str(klass / "roster.csv"), "--out",
+                             str(out), "--no-gpu", "-q", "-j", "1", *lab_args], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list((out / "students").glob("*/report.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, "no student was published"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, with five students still to grade
+    _, err = proc.communicate(timeout=120)
+    kept = len(list((out / "students").glob("*/report.json")))
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert f"stopped: {kept} of 6 students have their results in {out}/students" in err, err
+    assert "run the same command again to grade the rest" in err and kept < 6
+    again = grade(klass, out)
+    assert f"kept {kept} already graded" in again.stdout
