@@ -255,8 +255,37 @@ def compare_with(saved: list[Path], out: Path, names: list[str]) -> list[Differe
 
 def _save(saved: Path, done: dict[str, Any]) -> None:
     """The verdicts graded alone, written whole (a run stopped while it writes leaves the last file)."""
-    saved.with_suffix(".tmp").write_text(json.dumps(done))
-    saved.with_suffix(".tmp").replace(saved)
+    _whole(saved, json.dumps(done))
+
+
+def _whole(path: Path, text: str) -> None:
+    """``text`` written to ``path`` whole: a run ended while it writes leaves the last file."""
+    path.with_suffix(".tmp").write_text(text)
+    path.with_suffix(".tmp").replace(path)
+
+
+def keep_elapsed(path: Path, started: float, every_s: float = 5.0) -> Callable[[], float]:
+    """Write the run's wall time so far (``started``: ``time.monotonic()`` less the earlier runs')
+    to ``path`` every ``every_s`` seconds, until the call returned writes it a last time and
+    returns it: a run killed outright (its machine taken back) still leaves what it took, for
+    ``--resume`` to add up."""
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.wait(every_s):
+            _whole(path, f"{time.monotonic() - started:.3f}")
+
+    thread = threading.Thread(target=run, name="elapsed", daemon=True)
+    thread.start()
+
+    def last() -> float:
+        done.set()
+        thread.join()
+        wall = time.monotonic() - started
+        _whole(path, f"{wall:.3f}")
+        return wall
+
+    return last
 
 
 def grade_alone(repos: Path, names: list[str], options: GradeOptions, saved: Path) -> int:
@@ -546,21 +575,20 @@ def main() -> int:
           f"build cache {'warm' if args.warm else 'cold'}; counters: {args.counters}"
           + (f"; going on after {before:.1f} s of earlier runs" if resuming else ""), flush=True)
     started = time.monotonic() - before  # a resumed run's wall time includes the earlier runs'
+    wall_time = keep_elapsed(elapsed, started)
     try:
         with BusySampler([s.index for s in slots]) as sampler:
             run = grade_class(roster.from_folder(repos), options, ClassOptions(out, gpus=args.gpus, jobs=args.jobs, per_gpu=args.per_gpu),
                               Display(quiet=args.quiet))
     except KeyboardInterrupt:
-        wall = time.monotonic() - started
-        elapsed.write_text(f"{wall:.3f}")
+        wall = wall_time()
         done = len(list((out / STUDENTS_DIR).glob("*/report.json")))
         print(f"\ninterrupted after {wall:.1f} s with {done} of {len(names)} repositories graded"
               + (f" ({wall / done:.2f} s each, the cold start included)" if done else "")
               + (f"; go on with --keep {work} --resume" if args.keep else ""))
         print_figures(out, sampler, bool(slots), len(slots), 0 if resuming else done)
         return 130
-    wall = time.monotonic() - started
-    elapsed.write_text(f"{wall:.3f}")
+    wall = wall_time()
     per = [r.seconds for r in run.graded] or [0.0]
     kept = f" ({len(run.skipped)} in earlier runs)" if run.skipped else ""
     print(f"\ngraded {len(names)} repositories{kept} in {wall:.1f} s: {wall / len(names):.2f} s per repository amortised "

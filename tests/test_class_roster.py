@@ -596,3 +596,23 @@ def test_the_class_benchmark_says_how_long_the_labs_workers_took_to_start(tmp_pa
                                        "6.00 s at most\n")
     bench.print_worker_starts(tmp_path / "none")
     assert capsys.readouterr().out == ""
+
+
+def test_the_class_benchmark_keeps_its_wall_time_written_while_it_runs(tmp_path):
+    """A run killed outright (its machine taken back) leaves the time it took so far, for --resume
+    to add up; the last write is the whole run's."""
+    import time
+
+    bench = _class_benchmark()
+    path = tmp_path / "elapsed_s.txt"
+    started = time.monotonic() - 100.0  # (100 s of earlier runs)
+    last = bench.keep_elapsed(path, started, every_s=0.05)
+    deadline = time.monotonic() + 10
+    while not path.is_file():
+        assert time.monotonic() < deadline, "nothing written while running"
+        time.sleep(0.02)
+    assert 100.0 <= float(path.read_text()) < 110.0
+    wall = last()
+    assert float(path.read_text()) == round(wall, 3) and wall >= 100.0
+    time.sleep(0.2)
+    assert float(path.read_text()) == round(wall, 3)  # (nothing after the last)
