@@ -16,7 +16,7 @@ from typing import Callable
 import psutil
 
 from ..errors import internal_error_log, threads_logged
-from ..host.procgroup import GONE, below, kill_below
+from ..host.procgroup import GONE, below, kill_all
 
 _STOP = threading.Event()
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -66,10 +66,12 @@ def end_within(code: int, seconds: float = END_GRACE_S) -> None:
     _ENDING.append(seconds)
 
     def overdue() -> None:
-        me, log, said = psutil.Process(), internal_error_log(), "it could not be logged"
+        log, said = internal_error_log(), "it could not be logged"
+        doomed: list[psutil.Process] = []
         children = []
         try:
-            for proc in below(me):
+            doomed = below(psutil.Process())  # (listed once, before any dies: orphans leave the tree)
+            for proc in doomed:
                 with contextlib.suppress(*GONE):
                     children.append(f"process {proc.pid} {proc.name()} ({proc.status()}): {' '.join(proc.cmdline())[:200]}")
             short = threads_logged(f"not ended {seconds:.0f} s after the stop", log, "\n".join(children))
@@ -78,7 +80,7 @@ def end_within(code: int, seconds: float = END_GRACE_S) -> None:
             pass
         finally:
             with contextlib.suppress(Exception):
-                kill_below(me)
+                kill_all(doomed)
                 print(f"the grader had not ended {seconds:.0f} s after the stop: ended it and the {len(children)} "
                       f"processes below it ({said})", file=sys.stderr, flush=True)
             os._exit(code)

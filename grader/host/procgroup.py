@@ -199,7 +199,7 @@ def kill_group(pgid: int, settle_s: float = SETTLE_S) -> bool:
     doomed = _tree(pgid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    return _kill_all(doomed, settle_s)
+    return kill_all(doomed, settle_s)
 
 
 def ended(proc: psutil.Process) -> bool:
@@ -212,12 +212,7 @@ def kill_tree(root: psutil.Process, settle_s: float = SETTLE_S) -> bool:
     stopped included), then wait up to ``settle_s`` for them all to be gone. Returns False when
     one outlived ``settle_s``."""
     doomed = [root, *_below(root)]  # listed before any dies: orphans leave the tree
-    return _kill_all(doomed, settle_s)
-
-
-def kill_below(root: psutil.Process, settle_s: float = SETTLE_S) -> bool:
-    """:func:`kill_tree` of every process below ``root``, ``root`` spared (a process ending its own)."""
-    return _kill_all(_below(root), settle_s)
+    return kill_all(doomed, settle_s)
 
 
 def below(root: psutil.Process) -> list[psutil.Process]:
@@ -225,7 +220,7 @@ def below(root: psutil.Process) -> list[psutil.Process]:
     return _below(root)
 
 
-def _kill_all(doomed: list[psutil.Process], settle_s: float) -> bool:
+def kill_all(doomed: list[psutil.Process], settle_s: float = SETTLE_S) -> bool:
     """SIGKILL each of ``doomed``, then wait up to ``settle_s`` for them all to be gone."""
     for proc in doomed:
         try:
