@@ -253,11 +253,6 @@ def compare_with(saved: list[Path], out: Path, names: list[str]) -> list[Differe
     return [line for name in names if name in earlier for line in differ(name, verdicts(earlier[name]), in_class_verdicts(out, name), before)]
 
 
-def _save(saved: Path, done: dict[str, Any]) -> None:
-    """The verdicts graded alone, written whole (a run stopped while it writes leaves the last file)."""
-    _whole(saved, json.dumps(done))
-
-
 def _whole(path: Path, text: str) -> None:
     """``text`` written to ``path`` whole: a run ended while it writes leaves the last file."""
     path.with_suffix(".tmp").write_text(text)
@@ -296,7 +291,7 @@ def grade_alone(repos: Path, names: list[str], options: GradeOptions, saved: Pat
         for k, name in enumerate(n for n in names if n not in done):
             t0 = time.monotonic()
             done[name] = alone_verdicts(repos / name, options)
-            _save(saved, done)
+            _whole(saved, json.dumps(done))
             print(f"alone {k + 1}: {name} in {time.monotonic() - t0:.1f} s", flush=True)
     except KeyboardInterrupt:
         print(f"interrupted: {len(done)} of {len(names)} repositories saved in {saved}; go on with --resume")
@@ -331,7 +326,7 @@ def grade_alone_over(work: Path, names: list[str], gpus: list[int], forwarded: l
         codes.append(130)
     for path in slices:
         done.update(json.loads(path.read_text()) if path.is_file() else {})
-    _save(saved, done)
+    _whole(saved, json.dumps(done))
     print(f"graded alone: {len(done)} of {len(names)} repositories saved in {saved}")
     return next((code for code in codes if code), 0)
 
