@@ -9,6 +9,7 @@ import shutil
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 
 from grader.classroom import plan, roster
@@ -361,7 +362,7 @@ def test_a_lanes_blas_takes_its_share_of_the_cpus(lanes):
 def test_a_stopped_lane_starts_no_process_again(tmp_path):
     """A lane whose process the stop ended must not take that for a crash and start a fresh one for
     its student (nothing would stop that one), nor grade the student as failed."""
-    import multiprocessing
+    import multiprocessing.connection
 
     from grader.classroom import stopping
     from grader.classroom.lanes import GpuLane
@@ -373,12 +374,39 @@ def test_a_stopped_lane_starts_no_process_again(tmp_path):
         lane.rehearsal.result(timeout=120)
         first, [proc] = lane.pool, lane._processes()
         lane.interrupt()
-        proc.join(timeout=10)  # (ended, or still there for the close to kill: the stop may reach it mid-task)
+        # it ends by itself, wherever in the pool's loop the stop reached it (the pool's own thread
+        # reaps it: its sentinel, not is_alive, which races with that thread's wait, says it is gone)
+        assert multiprocessing.connection.wait([proc.sentinel], timeout=10), "the stopped lane process is still there"
         with pytest.raises(stopping.Stopped):
             lane.run(job)
         assert lane.pool is first and [p.pid for p in lane._processes()] in ([], [proc.pid]), "a process started after the stop"
         lane.close(wait=False)
-        proc.join(timeout=10)
-        assert not proc.is_alive()
+    finally:
+        manager.shutdown()
+
+
+def test_a_lane_stopped_mid_student_ends_once_the_grading_has_unwound(tmp_path):
+    """The pool's worker loop takes the stop's interrupt for the failure of its call, sends that
+    back and waits for the next: the stopped lane process must end by itself all the same (its
+    end-of-stop watchdog, 15 s on, is not what ends it), with its student's processes."""
+    import multiprocessing.connection
+
+    from grader.classroom import lanes
+
+    options, job = _alice(tmp_path)
+    manager = multiprocessing.get_context("spawn").Manager()
+    try:
+        progress = manager.Queue()
+        lane = lanes.GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, progress, "visible", 5.0, (LAB,))
+        lane.rehearsal.result(timeout=120)
+        [proc] = lane._processes()
+        grading = lane.pool.submit(lanes._lane_grade, job, options, "visible")
+        progress.get(timeout=60)  # the student's grading has begun (it compiles: seconds of nvcc)
+        below = psutil.Process(proc.pid).children(recursive=True)
+        lane.interrupt()
+        assert multiprocessing.connection.wait([proc.sentinel], timeout=10), "the stopped lane process is still there"
+        assert grading.exception(timeout=10) is not None, "a stopped student's grading returned a result"
+        assert not [p for p in below if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        lane.close(wait=False)
     finally:
         manager.shutdown()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import multiprocessing
 import os
 import queue as queues
@@ -94,7 +95,8 @@ def _lane_setup(slot: GpuSlot, queue: Any, health_wait_s: float, inherited: inhe
     # several students at once on the GPU: their work takes turns with each timing
     inherit.adopt(inherited, gputurns.Turns(folder) if per_gpu > 1 else None)
     report_thread_errors()  # a thread of the lane's that fails says so in one line, not a trace among the progress
-    stopping.install(quiet=True)  # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
+    # a stop that reaches the lane (Ctrl-C reaches the whole process group) publishes nothing more
+    stopping.install(quiet=True, idle=lambda: not _LANE.get("busy"))
     os.environ.update(seeing_only(slot.index))
     outbox: queues.SimpleQueue[Any] = queues.SimpleQueue()
     threading.Thread(target=carried(_forward), args=(outbox, queue), name="lane-progress", daemon=True).start()
@@ -118,6 +120,24 @@ def _forward(outbox: queues.SimpleQueue[Any], queue: Any) -> None:
                 gone = True
 
 
+def _call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A call the lane's process makes for the scheduler. Stopped, the process ends once the call
+    has unwound (its student's processes ended): see :func:`stopping.end_now`."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        _LANE["busy"] = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _LANE["busy"] = False
+            if stopping.requested():
+                stopping.end_now(130)
+
+    return call
+
+
+@_call
 def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> StudentResult:
     outbox = _LANE["outbox"]
     sid = job.student.id
@@ -138,6 +158,7 @@ def _lane_grade(job: StudentJob, options: GradeOptions, visibility: str) -> Stud
         sent.wait(FLUSH_S)  # the student's last lines reach the display before its result
 
 
+@_call
 def _lane_rehearse(labs: tuple[str, ...], options: GradeOptions) -> None:
     """Ready the lane's GPU before its first student (see :mod:`grader.engine.rehearsal`), while the
     CPU pool compiles that student."""

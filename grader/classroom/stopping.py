@@ -33,27 +33,40 @@ def requested() -> bool:
     return _STOP.is_set()
 
 
-def _stopper(quiet: bool, grace_s: float) -> Callable[[int, FrameType | None], None]:
+def _stopper(quiet: bool, grace_s: float, idle: Callable[[], bool] | None) -> Callable[[int, FrameType | None], None]:
     def stop(signum: int, frame: FrameType | None) -> None:
         if not _STOP.is_set():
             if quiet:
                 sys.stderr = open(os.devnull, "w")  # (the process ends with it open)
             end_within(130, grace_s)  # whatever the stop then waits for
         _STOP.set()
+        if idle is not None and idle():
+            end_now(130)
         raise KeyboardInterrupt
 
     return stop
 
 
-def install(quiet: bool = False, grace_s: float = END_GRACE_S) -> None:
+def install(quiet: bool = False, grace_s: float = END_GRACE_S, idle: Callable[[], bool] | None = None) -> None:
     """Make each stopping signal set the stop, then interrupt the main thread (this process's);
     ``grace_s`` after the first, the process ends itself if it is still here (:func:`end_within`).
     ``quiet`` (a class's lane process): once stopped, the process prints nothing more. The
-    interrupt ends it through its pool's machinery, which would print the traceback of each
-    signal that reached it; the class's own process says that the run was stopped."""
+    interrupt unwinds what the process was doing; the class's own process says that the run was
+    stopped. ``idle`` (a lane's process, see :func:`end_now`): whether it is between calls; a
+    stop that finds it so ends it at once."""
     if threading.current_thread() is threading.main_thread():
         for sig in SIGNALS:
-            signal.signal(sig, _stopper(quiet, grace_s))
+            signal.signal(sig, _stopper(quiet, grace_s, idle))
+
+
+def end_now(code: int) -> None:
+    """End this process with ``code``, and the processes below it. A lane's process, stopped, ends
+    so once its call has unwound, or at once between calls: the pool's worker loop takes an
+    interrupt for its call's failure, sends that back and waits for the next call, and one that
+    reaches it while it sends a result back is lost in that loop."""
+    with contextlib.suppress(Exception):
+        kill_all(below(psutil.Process()))
+    os._exit(code)
 
 
 def end_within(code: int, seconds: float = END_GRACE_S) -> None:
