@@ -50,8 +50,8 @@ def _stopper(quiet: bool, grace_s: float, idle: Callable[[], bool] | None) -> Ca
 def install(quiet: bool = False, grace_s: float = END_GRACE_S, idle: Callable[[], bool] | None = None) -> None:
     """Make each stopping signal set the stop, then interrupt the main thread (this process's);
     ``grace_s`` after the first, the process ends itself if it is still here (:func:`end_within`).
-    ``quiet`` (a class's lane process): once stopped, the process prints nothing more. The
-    interrupt unwinds what the process was doing; the class's own process says that the run was
+    ``quiet`` (a class's lane process): once stopped, the process prints nothing more (not the
+    traceback of each signal that reached it); the class's own process says that the run was
     stopped. ``idle`` (a lane's process, see :func:`end_now`): whether it is between calls; a
     stop that finds it so ends it at once."""
     if threading.current_thread() is threading.main_thread():
