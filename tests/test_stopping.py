@@ -41,6 +41,21 @@ except KeyboardInterrupt:
 sys.exit(0)
 """
 
+STOPPED_IDLE = """
+import atexit, os, pathlib, signal, subprocess, sys, threading
+from grader.classroom import stopping
+stopping.install(quiet=True, grace_s=float(sys.argv[1]), idle=lambda: True)
+atexit.register(pathlib.Path(os.environ["GRADER_LOG"] + ".cleaned").write_text, "yes")
+child = subprocess.Popen(["sleep", "600"])
+print(child.pid, flush=True)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    threading.Event().wait(30)
+except KeyboardInterrupt:  # (a pool's worker loop takes it for its call's failure and goes on)
+    threading.Event().wait(30)
+sys.exit(0)
+"""
+
 ENDS = """
 import sys
 from grader.classroom import stopping
@@ -56,6 +71,13 @@ def _run(script: str, grace: float, log: Path) -> tuple[subprocess.CompletedProc
     return done, time.monotonic() - started
 
 
+def _gone_soon(child: int) -> None:
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the stopped process's child outlived it"
+        time.sleep(0.05)
+
+
 def test_a_stopped_process_whose_exit_is_stuck_ends_itself_and_what_it_started(tmp_path):
     log = tmp_path / "grader.log"
     done, took = _run(STUCK, 1.0, log)
@@ -69,10 +91,7 @@ def test_a_stopped_process_whose_exit_is_stuck_ends_itself_and_what_it_started(t
     assert f"--- not ended 1 s after the stop {short}" in text
     assert "thread stuck-join:" in text and "in stuck_at_exit" in text  # where the exit waited
     assert f"process {child} sleep (" in text and "sleep 600" in text
-    deadline = time.monotonic() + 5
-    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the stopped process's child outlived it"
-        time.sleep(0.05)
+    _gone_soon(child)
 
 
 def test_a_stopped_process_that_ends_in_time_is_not_held_and_says_nothing_more(tmp_path):
@@ -89,3 +108,14 @@ def test_a_stop_whose_own_cleanup_is_stuck_ends_the_process_its_grace_after_the_
     assert done.stderr.startswith("the grader had not ended 1 s after the stop: ended it and the 1 processes below it"), done.stderr
     text = log.read_text()
     assert "in cleanup_stuck" in text and "sleep 600" in text
+
+
+def test_a_process_stopped_between_calls_ends_at_once_after_its_exit_clean_ups(tmp_path):
+    """A lane's process between calls: the stop ends it at once (not its watchdog, 30 s on), its
+    exit's clean-ups run (they remove its folders) and its child is ended."""
+    log = tmp_path / "grader.log"
+    done, took = _run(STOPPED_IDLE, 30.0, log)
+    assert done.returncode == 130 and took < 15 and done.stderr == "", (done.returncode, took, done.stderr)
+    assert (tmp_path / "grader.log.cleaned").read_text() == "yes"
+    child = int(done.stdout.split()[0])
+    _gone_soon(child)

@@ -5,6 +5,7 @@ resumed run grades them again. Students published before the stop are whole, as 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -60,10 +61,13 @@ def install(quiet: bool = False, grace_s: float = END_GRACE_S, idle: Callable[[]
 
 
 def end_now(code: int) -> None:
-    """End this process with ``code``, and the processes below it. A lane's process, stopped, ends
-    so once its call has unwound, or at once between calls: the pool's worker loop takes an
-    interrupt for its call's failure, sends that back and waits for the next call, and one that
-    reaches it while it sends a result back is lost in that loop."""
+    """End this process with ``code``: its exit's clean-ups first (the folders and trusted workers
+    it made), then the processes still below it. A lane's process, stopped, ends so once its call
+    has unwound, or at once between calls: the pool's worker loop takes an interrupt for its
+    call's failure, sends that back and waits for the next call, and one that reaches it while it
+    sends a result back is lost in that loop. (A clean-up that hangs meets :func:`end_within`.)"""
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
     with contextlib.suppress(Exception):
         kill_all(below(psutil.Process()))
     os._exit(code)
