@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable
+from typing import Any, Callable, ParamSpec, TypeVar
 
 import psutil
 
@@ -43,6 +43,8 @@ from .student import StudentResult, grade_student
 FLUSH_S = 5.0
 #: How long an interrupted lane's process has to end before it is killed.
 STOP_GRACE_S = 3.0
+P = ParamSpec("P")
+R = TypeVar("R")
 #: Where lane processes send progress: (lane, student, message).
 Events = Callable[[str, str, str], None]
 
@@ -120,12 +122,12 @@ def _forward(outbox: queues.SimpleQueue[Any], queue: Any) -> None:
                 gone = True
 
 
-def _call(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _call(fn: Callable[P, R]) -> Callable[P, R]:
     """A call the lane's process makes for the scheduler. Stopped, the process ends once the call
     has unwound (its student's processes ended): see :func:`stopping.end_now`."""
 
     @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
         _LANE["busy"] = True
         try:
             return fn(*args, **kwargs)
