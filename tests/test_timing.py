@@ -333,7 +333,7 @@ def _after_teardown(tmp_path, monkeypatch, out_of_memory=0):
     previous = (_Ending(0.3), _Ending(0.2))
     started = time.monotonic()
     TEARDOWNS.start("", *previous)
-    assert time.monotonic() - started < 0.1  # ended in the background
+    assert time.monotonic() - started < 0.15  # ended in the background (the quicker takes 0.2 s)
     timing.measure(sub, student, baselines)
     return student, baselines, max(p.gone_at for p in previous)
 

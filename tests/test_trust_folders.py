@@ -135,7 +135,7 @@ def test_a_fifo_among_gits_files_is_refused_at_once(tmp_path, monkeypatch, where
     started = time.monotonic()
     job = plan.plan_student(roster.Student("piped", repo, commit), [], GradeOptions(gpu=False), tmp_path / "out",
                             tmp_path / "scratch")
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2.0  # (not the 3 s a reading git would wait)
     assert job.root is None and job.failure == f"{fifo} is a FIFO (named pipe): git's files must be regular files", job.failure
 
 
