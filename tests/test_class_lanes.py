@@ -392,6 +392,7 @@ def test_a_lane_stopped_mid_student_ends_once_the_grading_has_unwound(tmp_path):
     import multiprocessing.connection
 
     from grader.classroom import lanes
+    from grader.host.procgroup import ended
 
     options, job = _alice(tmp_path)
     manager = multiprocessing.get_context("spawn").Manager()
@@ -406,7 +407,7 @@ def test_a_lane_stopped_mid_student_ends_once_the_grading_has_unwound(tmp_path):
         lane.interrupt()
         assert multiprocessing.connection.wait([proc.sentinel], timeout=10), "the stopped lane process is still there"
         assert grading.exception(timeout=10) is not None, "a stopped student's grading returned a result"
-        assert not [p for p in below if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert all(ended(p) for p in below), "the stopped student's processes outlived its lane"
         lane.close(wait=False)
     finally:
         manager.shutdown()

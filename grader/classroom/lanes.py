@@ -43,8 +43,6 @@ from .student import StudentResult, grade_student
 FLUSH_S = 5.0
 #: How long an interrupted lane's process has to end before it is killed.
 STOP_GRACE_S = 3.0
-P = ParamSpec("P")
-R = TypeVar("R")
 #: Where lane processes send progress: (lane, student, message).
 Events = Callable[[str, str, str], None]
 
@@ -120,6 +118,10 @@ def _forward(outbox: queues.SimpleQueue[Any], queue: Any) -> None:
                 queue.put(item)
             except Exception:  # the scheduler's manager is gone: progress is only for show
                 gone = True
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _call(fn: Callable[P, R]) -> Callable[P, R]:
