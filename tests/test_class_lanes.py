@@ -21,6 +21,8 @@ from grader.isolation.options import GradeOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = "tiled_matmul"
+#: A GPU that is not there: the lane's machinery runs without one.
+SLOT = GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0))
 
 
 class Recorder(Display):
@@ -46,9 +48,8 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     out = tmp_path / "out"
     options = GradeOptions(gpu=False)  # the lane's machinery without a GPU: compile and compiled-code checks
     jobs = [plan.plan_student(s, [find_lab(LAB)], options, out, tmp_path) for s in roster.from_folder(repos)]
-    slot = GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0))
     display = Recorder()
-    scheduler = Scheduler(options, [slot], [("sm_90",)], display, jobs=1)
+    scheduler = Scheduler(options, [SLOT], [("sm_90",)], display, jobs=1)
     killed: list[int] = []
 
     def kill_the_lane(lane: str, student: str, text: str) -> None:
@@ -82,7 +83,7 @@ def test_a_gpu_lane_grades_in_its_own_process_and_survives_its_death(tmp_path):
     assert victim["labs"][0]["checks"][0]["message"].startswith("the grading process died")
     assert results[1].problems and not results[2].problems  # the lane started afresh for zoe
     # the lane took the lock in the GPU's own folder (where its profiling lock is too)
-    assert gpulock.gpu_folder(slot.key).path(gpulock.LOCK_NAME).exists()
+    assert gpulock.gpu_folder(SLOT.key).path(gpulock.LOCK_NAME).exists()
 
 
 def test_several_seats_on_one_gpu_are_lanes_of_their_own_each_with_its_lock(tmp_path):
@@ -130,7 +131,7 @@ def test_a_rehearsal_that_takes_its_lane_process_down_costs_the_first_student_no
     options, job = _alice(tmp_path)
     manager = multiprocessing.get_context("spawn").Manager()
     try:
-        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, manager.Queue(), "visible", 5.0, (LAB,))
+        lane = GpuLane(SLOT, options, manager.Queue(), "visible", 5.0, (LAB,))
         assert lane.rehearsal is not None
         lane.rehearsal.result(timeout=120)  # it ran in the lane's process (without a GPU: nothing to ready)
         first = lane.pool
@@ -168,7 +169,7 @@ def test_an_interrupted_lane_ends_within_its_grace_with_everything_it_started(tm
 
     manager = multiprocessing.get_context("spawn").Manager()
     try:
-        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
+        lane = GpuLane(SLOT, GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
         child = lane.pool.submit(_stuck_grading).result(timeout=120)
         [proc] = lane._processes()
         began = time.monotonic()
@@ -284,7 +285,7 @@ def test_a_failing_thread_in_a_lane_shows_one_line_and_logs_its_trace(tmp_path, 
     monkeypatch.setenv("GRADER_LOG", str(log))
     manager = multiprocessing.get_context("spawn").Manager()
     try:
-        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
+        lane = GpuLane(SLOT, GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
         assert lane.pool.submit(_failing_thread).result(timeout=120).startswith("report_thread_errors")
         lane.close()
     finally:
@@ -313,7 +314,7 @@ def test_an_interrupted_lane_prints_no_traceback(tmp_path, capfd, busy):
 
     manager = multiprocessing.get_context("spawn").Manager()
     try:
-        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
+        lane = GpuLane(SLOT, GradeOptions(gpu=False), manager.Queue(), "visible", 5.0)
         lane.pool.submit(int).result(timeout=120)  # the lane's process is up
         if busy:
             lane.pool.submit(_graded_slowly)
@@ -348,7 +349,7 @@ def test_a_lanes_blas_takes_its_share_of_the_cpus(lanes):
 
     manager = multiprocessing.get_context("spawn").Manager()
     try:
-        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), GradeOptions(gpu=False), manager.Queue(), "visible", 5.0,
+        lane = GpuLane(SLOT, GradeOptions(gpu=False), manager.Queue(), "visible", 5.0,
                        lanes=lanes)
         seen = lane.pool.submit(_blas_threads).result(timeout=120)
         lane.close()
@@ -370,7 +371,7 @@ def test_a_stopped_lane_starts_no_process_again(tmp_path):
     options, job = _alice(tmp_path)
     manager = multiprocessing.get_context("spawn").Manager()
     try:
-        lane = GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, manager.Queue(), "visible", 5.0, (LAB,))
+        lane = GpuLane(SLOT, options, manager.Queue(), "visible", 5.0, (LAB,))
         lane.rehearsal.result(timeout=120)
         first, [proc] = lane.pool, lane._processes()
         lane.interrupt()
@@ -398,7 +399,7 @@ def test_a_lane_stopped_mid_student_ends_once_the_grading_has_unwound(tmp_path):
     manager = multiprocessing.get_context("spawn").Manager()
     try:
         progress = manager.Queue()
-        lane = lanes.GpuLane(GpuSlot(7, "GPU-test-lane-7", "Fake", (9, 0)), options, progress, "visible", 5.0, (LAB,))
+        lane = lanes.GpuLane(SLOT, options, progress, "visible", 5.0, (LAB,))
         lane.rehearsal.result(timeout=120)
         [proc] = lane._processes()
         grading = lane.pool.submit(lanes._lane_grade, job, options, "visible")
