@@ -395,6 +395,27 @@ def print_stages(out: Path) -> None:
     print(f"stage seconds, summed over labs: {shown or 'none above 0.05 s'}")
 
 
+#: A lab's counter replay, phase by phase, in the order they run (``Replayer.run`` and ``collect.replayed``).
+REPLAY_PHASES = ("ahead", "record", "extract", "plan", "queue", "prepare", "lock", "profile", "finish", "check")
+
+
+def print_replay_phases(out: Path) -> None:
+    """Where a student's counter replay spends its time: each phase summed over the student's labs
+    (they replay side by side, but the replayer takes their tasks one at a time: ``queue``), the
+    median student (from the reports; nothing where no lab was replayed)."""
+    per_student = []
+    for report in sorted((out / STUDENTS_DIR).glob("*/report.json")):
+        sums: dict[str, float] = {}
+        for lab in json.loads(report.read_text())["labs"]:
+            for phase in REPLAY_PHASES:
+                sums[phase] = sums.get(phase, 0.0) + float(lab["stage_seconds"].get(f"counters.{phase}", 0.0))
+        if any(sums.values()):
+            per_student.append(sums)
+    if per_student:
+        shown = ", ".join(f"{p} {statistics.median(s[p] for s in per_student):.2f}" for p in REPLAY_PHASES)
+        print(f"the counter replay's phases, seconds summed over a student's labs, median of {len(per_student)} students: {shown}")
+
+
 def print_serial(out: Path, gpus: int) -> None:
     """The work each GPU does one student at a time: a student's profiler session (the profiler
     lock) and their timing (the GPU alone). However many seats, a class takes at least their sum
@@ -494,6 +515,7 @@ def print_figures(out: Path, sampler: BusySampler, on_gpu: bool, gpus: int = 1, 
         print_retakes(out)
         print_serial(out, gpus)
     print_stages(out)
+    print_replay_phases(out)
     lane = phases(out / LANES_LOG)
     if lane:
         print(lane)

@@ -48,3 +48,24 @@ def test_a_run_that_fails_is_errors_on_its_checks_and_still_counts_as_over():
     assert [(c.id, c.outcome) for c in results] == [("memcheck_clean", Outcome.ERROR)]
     assert len(said) == 1 and said[0].startswith("[histogram] sanitizer: every run over after ")
     runs.cancel()
+
+
+def test_the_phases_a_batch_tells_from_its_threads_add_up_in_the_labs_stage_seconds():
+    """``spent`` (what a counter replay tells of its phases, from the threads of the student's and
+    the baselines' replays) adds to the lab's clock beside the stages; no addition is lost."""
+    clock = StageClock()
+    runs = Background(find_lab("histogram"), clock, lambda line: None)
+    runs.open(8)
+
+    def batch() -> list[CheckResult]:
+        for _ in range(1000):
+            runs.spent("counters.record", 0.001)
+        runs.spent("counters.profile", 0.25)
+        return []
+
+    for _ in range(8):
+        runs.run(Stage.COUNTERS, batch)
+    assert runs.wait() == []
+    assert clock.seconds["counters.record"] == 8.0 and clock.seconds["counters.profile"] == 2.0, clock.seconds
+    assert "counters" in clock.seconds
+    runs.cancel()

@@ -616,3 +616,23 @@ def test_the_class_benchmark_keeps_its_wall_time_written_while_it_runs(tmp_path)
     assert float(path.read_text()) == round(wall, 3) and wall >= 100.0
     time.sleep(0.2)
     assert float(path.read_text()) == round(wall, 3)  # (nothing after the last)
+
+
+def test_the_class_benchmark_says_where_a_students_counter_replay_spent_its_time(tmp_path, capsys):
+    """From the reports: each phase of the replay summed over a student's labs, the median
+    student; a student with no replayed lab (no GPU, the profiler's path) is left out."""
+    bench = _class_benchmark()
+    students = ([{"counters.record": 0.5, "counters.queue": 1.0, "counters.profile": 0.25}, {"counters.queue": 2.0, "compile": 3.0}],
+                [{"counters.record": 1.5, "counters.profile": 0.75}],
+                [{"counters.record": 0.25, "counters.queue": 0.5, "counters.check": 0.125}],
+                [{"compile": 1.0}, {}])
+    for k, labs in enumerate(students):
+        folder = tmp_path / "students" / f"s{k}"
+        folder.mkdir(parents=True)
+        (folder / "report.json").write_text(json.dumps({"labs": [{"stage_seconds": s} for s in labs]}))
+    bench.print_replay_phases(tmp_path)
+    assert capsys.readouterr().out == ("the counter replay's phases, seconds summed over a student's labs, median of 3 students: "
+                                       "ahead 0.00, record 0.50, extract 0.00, plan 0.00, queue 0.50, prepare 0.00, lock 0.00, "
+                                       "profile 0.25, finish 0.00, check 0.00\n")
+    bench.print_replay_phases(tmp_path / "none")
+    assert capsys.readouterr().out == ""

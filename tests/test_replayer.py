@@ -456,11 +456,14 @@ for line in sys.stdin:
         if line.startswith("end"):
             break
     notes = {"prepared": lock_held()}
+    slow = task.startswith("slow")  # (prepares for 0.3 s, profiles for 0.2 s, answers for 0.1 s)
+    time.sleep(0.3 if slow else 0)
     say({"task": task, "status": "prepared", "seconds": 0.1})
     assert sys.stdin.readline() == "go\\n"
     notes["profiled"] = lock_held()
     if task == "hang":
         time.sleep(600)
+    time.sleep(0.2 if slow else 0)
     say({"task": task, "status": "profiled", "seconds": 0.2})
     open(NOTES, "a").write(json.dumps(notes) + "\\n")
     for case in cases:
@@ -468,6 +471,7 @@ for line in sys.stdin:
             say({"case": case, "status": "ok", "values": {"a.sum": 1}, "passes": 1, "planned": 1, "ranges": 1, "seconds": 0, "extra": 1})
         else:
             say({"case": case, "status": "ok", "values": {"a.sum": 7}, "passes": 1, "planned": 1, "ranges": 1, "seconds": 0.1})
+    time.sleep(0.1 if slow else 0)
     say({"task": task, "status": "done", "seconds": 0.3})
 """
 
@@ -553,6 +557,41 @@ def test_a_task_is_prepared_outside_the_profiling_lock_and_profiled_inside_it(tm
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (let go after the hung task)
 
 
+def test_a_tasks_phases_are_told_with_the_wait_for_the_task_before_it(tmp_path, monkeypatch):
+    """Each phase of a task (the seconds a lab's report keeps as ``counters.*``): its wait for the
+    process while another task holds it, the preparing, the wait for the profiling lock, the
+    profiling and the answers. Two labs' tasks sent at once: the second waits out the first."""
+    import threading
+    import time
+
+    stand_in = write_stand_in(tmp_path, stand_in_locks(tmp_path, monkeypatch))
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    runner = service.Replayer(stand_in, stage, Sandbox(None, reason="off"))
+    runner.warm()  # (its start is not a task's)
+    told: list[dict[str, float]] = [{}, {}]
+
+    def task(k: int) -> None:
+        results = runner.run(f"task slow{k} /x.cubin\ncase c0\nrun\nend\n", {"c0": ("a.sum",)}, 30.0,
+                             lambda name, s: told[k].__setitem__(name, told[k].get(name, 0.0) + s))
+        assert results["c0"].values == {"a.sum": 7.0}
+
+    try:
+        first = threading.Thread(target=task, args=(0,))
+        first.start()
+        time.sleep(0.1)  # (the first holds the process)
+        task(1)
+        first.join(10)
+    finally:
+        runner.close()
+    phases = ["counters.queue", "counters.prepare", "counters.lock", "counters.profile", "counters.finish"]
+    assert list(told[0]) == list(told[1]) == phases, told
+    for spent in told:
+        assert 0.3 <= spent["counters.prepare"] < 2.0 and 0.2 <= spent["counters.profile"] < 2.0, spent
+        assert 0.1 <= spent["counters.finish"] < 2.0 and spent["counters.lock"] < 0.5, spent
+    assert told[0]["counters.queue"] < 0.2 and 0.4 <= told[1]["counters.queue"] < 3.0, told  # (0.6 s of the first, less 0.1 s)
+
+
 def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_types_build, replayer, tmp_path):
     """The whole replay path, run where it cannot succeed: the recording worker finds no GPU, and
     each case, the student's and the baselines', is left to the profiler with that reason; nothing
@@ -574,7 +613,11 @@ def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_ty
                      gpu.GpuInfo("none", (9, 0), "0"))
     profiles = launched.profiles_for(spec)
     notes: list[str] = []
-    assert collect.replayed(sub, profiles, notes.append) == {}
+    told: list[str] = []
+    assert collect.replayed(sub, profiles, notes.append, spent=lambda name, seconds: told.append(name)) == {}
+    # the phases that ran are told (the student's and each baseline's: record, extract, plan), and none of the replayer's
+    assert sorted(set(told)) == ["counters.ahead", "counters.extract", "counters.plan", "counters.record"], told
+    assert told.count("counters.record") == 3 and told.count("counters.ahead") == 1, told
     mine = [n for n in notes if "baseline:" not in n]
     baselines = [n for n in notes if "baseline:" in n]
     assert len(mine) == len(profiles.metrics) == 2

@@ -25,10 +25,17 @@ Batch = Callable[[], list[CheckResult]]
 
 
 class StageClock:
-    """Seconds per stage, keyed by :class:`Stage` value (and ``WAITING``)."""
+    """Seconds per stage, keyed by :class:`Stage` value (and ``WAITING``, and a stage's phases:
+    ``speed.open``, ``counters.profile``, ...)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self._guard = threading.Lock()
+
+    def add(self, name: str, seconds: float) -> None:
+        """``seconds`` more for ``name`` (from any thread)."""
+        with self._guard:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 3)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -36,7 +43,7 @@ class StageClock:
         try:
             yield
         finally:
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.monotonic() - t0, 3)
+            self.add(name, time.monotonic() - t0)
 
 
 class Background:
@@ -65,6 +72,10 @@ class Background:
         with self._guard:
             self._running[stage.value] = self._running.get(stage.value, 0) + 1
         self.futures.append(self._pool.submit(carried(self._guarded), stage, batch, ids))
+
+    def spent(self, name: str, seconds: float) -> None:
+        """A phase of a batch's run took ``seconds`` (kept beside the stages: ``counters.profile``)."""
+        self.clock.add(name, seconds)
 
     def _guarded(self, stage: Stage, batch: Batch, ids: tuple[str, ...]) -> list[CheckResult]:
         """``batch()``; a grader bug in it becomes errors on its checks, with an id. The stage's

@@ -114,7 +114,8 @@ class CounterFamily(CheckFamily):
         if options.counter_source == "replay":  # (the correctness worker records the replay's calls)
             recorder = tools.found[RECORDER] = Recorder()
         tools.runs.run(Stage.COUNTERS, functools.partial(_counted, recorder, sub, batch, tools.passed, profiles,
-                                                         options.reuse_tool_runs, replay_by(options, tools.progress, recorder)))
+                                                         options.reuse_tool_runs,
+                                                         replay_by(options, tools.progress, recorder, tools.runs.spent)))
 
     def cases_over(self, tools: ToolStart, worker: WorkerSession | None) -> None:
         """The replay's calls recorded by the correctness worker, where the replay asked for them."""

@@ -78,11 +78,12 @@ class _Case:
     slots: tuple[Slot, ...]
 
 
-def replay_by(options: GradeOptions, note: Note, recorder: Recorder | None = None
+def replay_by(options: GradeOptions, note: Note, recorder: Recorder | None = None, spent: service.Spent = service.spent_nowhere
               ) -> Callable[[Submission, Profiles], dict[tuple[str, CaseKey], CounterRun]] | None:
     """What measures a lab's cases before the profiler under ``options`` (None: the profiler alone);
-    ``recorder``: the lab's correctness worker records the student's cases."""
-    return functools.partial(replayed, note=note, recorder=recorder) if options.counter_source == "replay" else None
+    ``recorder``: the lab's correctness worker records the student's cases; ``spent`` is told the
+    seconds of each phase of the replay (``replayed``)."""
+    return functools.partial(replayed, note=note, recorder=recorder, spent=spent) if options.counter_source == "replay" else None
 
 
 def array_slots(slots: tuple[Slot, ...]) -> tuple[ArraySlot, ...]:
@@ -92,10 +93,17 @@ def array_slots(slots: tuple[Slot, ...]) -> tuple[ArraySlot, ...]:
                  for s in slots)
 
 
-def replayed(sub: Submission, profiles: Profiles, note: Note, recorder: Recorder | None = None) -> dict[tuple[str, CaseKey], CounterRun]:
+def replayed(sub: Submission, profiles: Profiles, note: Note, recorder: Recorder | None = None,
+             spent: service.Spent = service.spent_nowhere) -> dict[tuple[str, CaseKey], CounterRun]:
     """The cases in ``profiles`` not settled yet, measured by the replayer: a run for each case it
     measured, by whose it is (``student``, ``baseline NAME``) and case; ``note`` is told why each
-    other student's case goes to the profiler. A baseline's run is kept for later grades."""
+    other student's case goes to the profiler. A baseline's run is kept for later grades.
+
+    ``spent`` is told the seconds of each phase, summed over the student's and the baselines'
+    replays (which run side by side): ``counters.ahead`` (the wait for the baselines replayed
+    ahead), ``counters.record``, ``counters.extract`` (the device code), ``counters.plan`` (with the
+    inputs and the task's files), the replayer's own (``Replayer.run``) and ``counters.check`` (the
+    outputs against the oracle)."""
     cases = []
     for key, metrics in profiles.metrics.items():
         if ("student", key) not in profiles.runs:
@@ -118,9 +126,12 @@ def replayed(sub: Submission, profiles: Profiles, note: Note, recorder: Recorder
         # by side on the CPU: a timed case's are large), the replays in turn (the replayer's lock)
         try:
             with ThreadPoolExecutor(max_workers=1 + len(sub.spec.baseline_names), thread_name_prefix="replay") as pool:
-                mine = pool.submit(carried(_replayed_student), sub, cases, replayer, folder / "student", why, recorder) if cases else None
+                mine = pool.submit(carried(_replayed_student), sub, cases, replayer, folder / "student", why, recorder,
+                                   spent) if cases else None
+                phase = service.Phases(spent)
                 replayer.ahead_done(sub.time_left(AHEAD_WAIT_S))  # (the baselines' cases replayed ahead are kept by now)
-                theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / f"baseline-{name}", note)
+                phase("ahead")
+                theirs = [pool.submit(carried(_replayed_baseline), base, base_cases, replayer, folder / f"baseline-{name}", note, spent)
                           for name, (base, base_cases) in _baseline_cases(sub, profiles, runs).items()]
                 runs.update(mine.result() if mine is not None else {})
                 for future in theirs:
@@ -136,10 +147,10 @@ def replayed(sub: Submission, profiles: Profiles, note: Note, recorder: Recorder
 
 
 def _replayed_student(sub: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
-                      why: dict[str, str], recorder: Recorder | None) -> dict[tuple[str, CaseKey], CounterRun]:
+                      why: dict[str, str], recorder: Recorder | None, spent: service.Spent) -> dict[tuple[str, CaseKey], CounterRun]:
     """The student's cases replayed; ``why`` is told why the others are not."""
     try:
-        return {("student", key): run for key, run in _replay(sub, cases, replayer, folder, why, recorder=recorder).items()}
+        return {("student", key): run for key, run in _replay(sub, cases, replayer, folder, why, recorder=recorder, spent=spent).items()}
     except (service.ServiceError, GraderError, OSError, ValueError) as exc:  # (the grader's side failed: say so)
         why.update({case.check.id: f"{type(exc).__name__}: {exc}" for case in cases})
         return {}
@@ -149,11 +160,11 @@ def _replayed_student(sub: Submission, cases: list[_Case], replayer: service.Rep
 
 
 def _replayed_baseline(base: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
-                       note: Note) -> dict[tuple[str, CaseKey], CounterRun]:
+                       note: Note, spent: service.Spent = service.spent_nowhere) -> dict[tuple[str, CaseKey], CounterRun]:
     """A baseline's cases replayed and kept; ``note`` is told why the others are profiled."""
     why: dict[str, str] = {}
     try:
-        got = _replay(base, cases, replayer, folder, why, trusted=True)
+        got = _replay(base, cases, replayer, folder, why, trusted=True, spent=spent)
     except Exception as exc:  # (only a way to spare the profiler: whatever failed, the profiler counts the case)
         got, why = {}, {case.check.id: f"{type(exc).__name__}: {exc}" for case in cases}
     for case in cases:
@@ -252,15 +263,20 @@ def kept_baseline_file(base: Submission, case: _Case) -> Path:
     return cache_path("replayed|" + baseline_key(base.gpu, case.metrics, case.check, base.spec), base.cache_dir, base.library)
 
 
-def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path,
-            why: dict[str, str], trusted: bool = False, recorder: Recorder | None = None) -> dict[CaseKey, CounterRun]:
+def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, folder: Path, why: dict[str, str],
+            trusted: bool = False, recorder: Recorder | None = None, spent: service.Spent = service.spent_nowhere
+            ) -> dict[CaseKey, CounterRun]:
     folder.mkdir()
+    phase = service.Phases(spent)
     records = recorded(sub, cases, trusted, recorder)
+    phase("record")
     try:
         modules = cubin.extract(sub.library, folder / "cubins", sub.gpu.arch)
     except cubin.CubinError as exc:
         why.update({case.check.id: str(exc) for case in cases})
         return {}
+    finally:
+        phase("extract")
     planned: list[tuple[_Case, CaseTask, dict[str, np.ndarray]]] = []
     kernels = {launch.kernel for r in records.values() if isinstance(r, CallRecord) for launch in r.launches}
     module = cubin.module_of(modules, kernels)
@@ -277,12 +293,15 @@ def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, fol
         except Unreplayable as exc:
             why[case.check.id] = str(exc)
     if not planned or isinstance(module, str):
+        phase("plan")
         return {}
     cubin_path = folder / "module.cubin"
     cubin_path.write_bytes(cubin.read_cubin(module))
     text = task_text("t", cubin_path, module, [task for _, task, _ in planned])
     limit = sub.time_left(max(case.check.time_limit_s for case, _, _ in planned))
-    results = replayer.run(text, {task.id: task.metrics for _, task, _ in planned}, limit)
+    phase("plan")
+    results = replayer.run(text, {task.id: task.metrics for _, task, _ in planned}, limit, spent)
+    phase.skip()
     runs = {}
     for case, task, inputs in planned:
         result = results[task.id]
@@ -292,6 +311,7 @@ def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, fol
             continue
         runs[case.key] = CounterRun(values=dict(result.values), kernels=tuple(demangle(k) for k in task.plan.kernels),
                                     seconds=result.seconds, replayed=True)
+    phase("check")
     return runs
 
 

@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 import filelock
 
@@ -50,6 +50,28 @@ START_WAIT_S = 600.0
 BUSY = "CUPTI_ERROR_HARDWARE_BUSY"
 #: The CUPTI headers the replayer needs (CUDA 12.6 and newer ship the Range Profiler).
 CUPTI_HEADER = "cupti_range_profiler.h"
+#: Told the seconds of each phase of a replay, by name (``counters.queue``, ... : a lab's stage seconds).
+Spent = Callable[[str, float], None]
+
+
+def spent_nowhere(name: str, seconds: float) -> None:
+    """A ``Spent`` that keeps nothing."""
+
+
+class Phases:
+    """Tells ``spent`` the seconds since the last phase ended (or ``since``), as ``counters.NAME``."""
+
+    def __init__(self, spent: Spent, since: float | None = None) -> None:
+        self.spent, self.last = spent, time.monotonic() if since is None else since
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.spent(f"counters.{name}", now - self.last)
+        self.last = now
+
+    def skip(self) -> None:
+        """What ran since the last phase is told elsewhere (or not at all)."""
+        self.last = time.monotonic()
 
 
 class ServiceError(RuntimeError):
@@ -227,15 +249,22 @@ class Replayer:
         self._tasks += 1
         return Path(tempfile.mkdtemp(prefix=f"task{self._tasks}-", dir=self.stage))
 
-    def run(self, text: str, metrics: Mapping[str, tuple[str, ...]], limit_s: float) -> dict[str, CaseResult]:
+    def run(self, text: str, metrics: Mapping[str, tuple[str, ...]], limit_s: float,
+            spent: Spent = spent_nowhere) -> dict[str, CaseResult]:
         """Run one task (``task.task_text``) whose cases profile ``metrics`` (case id -> metrics): a
         result for every case, failed ones with the reason.
 
         Three steps of GPU work: the replayer prepares the task (module, inputs, buffers), then,
         with the GPU's profiling lock held (the lock first, then the turn, as for a profiler run),
-        profiles it, then writes the outputs and answers; only the profiling is exclusive."""
+        profiles it, then writes the outputs and answers; only the profiling is exclusive.
+        ``spent`` is told the seconds of each phase: ``counters.queue`` (the wait for the
+        process: another task's, or its start), ``counters.prepare``, ``counters.lock`` (the wait for
+        the profiling lock), ``counters.profile`` and ``counters.finish`` (the outputs and answers)."""
+        asked = time.monotonic()
         with self._lock:
             why_not = self._started()
+            phase = Phases(spent, asked)
+            phase("queue")
             if self.proc is None:
                 return {case: CaseResult(case, reason=why_not or "the counter replayer did not start") for case in metrics}
             results: dict[str, CaseResult] = {}
@@ -244,17 +273,21 @@ class Replayer:
                 # written beside the answers, so that a replayer stuck in a kernel cannot hold the grader past the limit
                 self._send(text)
                 why = self._answers(results, metrics, "prepared", deadline, limit_s)
+            phase("prepare")
             if not why and len(results) < len(metrics):
                 with profiling_lock(limit_s, lock_folder(self.gpu)) as waited, gputurns.step():
+                    phase("lock")
                     deadline, started = deadline + waited, time.monotonic()  # (the wait is not the task's time)
                     self._send("go\n")
                     why = self._answers(results, metrics, "profiled", deadline, limit_s)
                     self.profiled_seconds = time.monotonic() - started
+                    phase("profile")
             elif not why:
                 self._send("go\n")  # (nothing left to profile)
             if not why:
                 with gputurns.step():
                     why = self._answers(results, metrics, "done", deadline, limit_s)
+                phase("finish")
             if why and "loading the cubin" not in why:
                 self.close(kill=True)  # (the next task starts a fresh process)
             return {case: results.get(case) or CaseResult(case, reason=f"the replayer stopped: {why or 'no answer'}")
