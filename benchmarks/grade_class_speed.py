@@ -396,7 +396,7 @@ def print_stages(out: Path) -> None:
 
 
 #: A lab's counter replay, phase by phase, in the order they run (``Replayer.run`` and ``collect.replayed``).
-REPLAY_PHASES = ("ahead", "record", "extract", "plan", "queue", "prepare", "lock", "profile", "finish", "check")
+REPLAY_PHASES = ("ahead", "cases", "record", "extract", "plan", "queue", "prepare", "lock", "profile", "finish", "check")
 
 
 def print_replay_phases(out: Path) -> None:

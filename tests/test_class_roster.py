@@ -632,7 +632,7 @@ def test_the_class_benchmark_says_where_a_students_counter_replay_spent_its_time
         (folder / "report.json").write_text(json.dumps({"labs": [{"stage_seconds": s} for s in labs]}))
     bench.print_replay_phases(tmp_path)
     assert capsys.readouterr().out == ("the counter replay's phases, seconds summed over a student's labs, median of 3 students: "
-                                       "ahead 0.00, record 0.50, extract 0.00, plan 0.00, queue 0.50, prepare 0.00, lock 0.00, "
+                                       "ahead 0.00, cases 0.00, record 0.50, extract 0.00, plan 0.00, queue 0.50, prepare 0.00, lock 0.00, "
                                        "profile 0.25, finish 0.00, check 0.00\n")
     bench.print_replay_phases(tmp_path / "none")
     assert capsys.readouterr().out == ""

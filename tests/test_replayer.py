@@ -592,6 +592,23 @@ def test_a_tasks_phases_are_told_with_the_wait_for_the_task_before_it(tmp_path, 
     assert told[0]["counters.queue"] < 0.2 and 0.4 <= told[1]["counters.queue"] < 3.0, told  # (0.6 s of the first, less 0.1 s)
 
 
+def test_phases_are_told_end_to_end_and_a_moment_given_is_bounded_by_the_last_phase_and_now():
+    import time
+
+    told: list[tuple[str, float]] = []
+    phase = service.Phases(lambda name, seconds: told.append((name, seconds)), time.monotonic() - 1.0)
+    phase("record")
+    phase.until("cases", time.monotonic() - 60)  # (before the last phase ended: nothing)
+    time.sleep(0.05)
+    phase.until("wait", time.monotonic() + 60)  # (not yet come: up to now)
+    time.sleep(0.05)
+    phase.skip()
+    phase("plan")
+    (first, a), (second, b), (third, c), (fourth, d) = told
+    assert (first, second, third, fourth) == ("counters.record", "counters.cases", "counters.wait", "counters.plan")
+    assert 1.0 <= a < 1.5 and b == 0.0 and 0.05 <= c < 0.5 and d < 0.04, told
+
+
 def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_types_build, replayer, tmp_path):
     """The whole replay path, run where it cannot succeed: the recording worker finds no GPU, and
     each case, the student's and the baselines', is left to the profiler with that reason; nothing
@@ -638,8 +655,10 @@ def test_without_a_gpu_every_case_goes_to_the_profiler_with_the_reason(memory_ty
     recorder, again = Recorder(), []
     lab = threading.Thread(target=recorder.serve, args=(None,))
     lab.start()
-    assert collect.replayed(sub, launched.profiles_for(spec), again.append, recorder) == {}
+    phases: dict[str, float] = {}
+    assert collect.replayed(sub, launched.profiles_for(spec), again.append, recorder, phases.__setitem__) == {}
     lab.join(5)
+    assert phases["counters.cases"] == 0.0 and "counters.record" in phases  # (served before it was asked: no wait)
     assert not lab.is_alive() and [n for n in again if "baseline:" not in n] == mine
 
 

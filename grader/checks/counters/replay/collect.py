@@ -101,9 +101,10 @@ def replayed(sub: Submission, profiles: Profiles, note: Note, recorder: Recorder
 
     ``spent`` is told the seconds of each phase, summed over the student's and the baselines'
     replays (which run side by side): ``counters.ahead`` (the wait for the baselines replayed
-    ahead), ``counters.record``, ``counters.extract`` (the device code), ``counters.plan`` (with the
-    inputs and the task's files), the replayer's own (``Replayer.run``) and ``counters.check`` (the
-    outputs against the oracle)."""
+    ahead), ``counters.cases`` (the wait for the lab's correctness cases to be over, where their
+    worker records), ``counters.record``, ``counters.extract`` (the device code), ``counters.plan``
+    (with the inputs and the task's files), the replayer's own (``Replayer.run``) and
+    ``counters.check`` (the outputs against the oracle)."""
     cases = []
     for key, metrics in profiles.metrics.items():
         if ("student", key) not in profiles.runs:
@@ -269,6 +270,8 @@ def _replay(sub: Submission, cases: list[_Case], replayer: service.Replayer, fol
     folder.mkdir()
     phase = service.Phases(spent)
     records = recorded(sub, cases, trusted, recorder)
+    if recorder is not None and recorder.served_since is not None:
+        phase.until("cases", recorder.served_since)  # (the lab's correctness cases were not over yet)
     phase("record")
     try:
         modules = cubin.extract(sub.library, folder / "cubins", sub.gpu.arch)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from typing import Callable
 
 from ....isolation.runner import TaskResult
@@ -43,6 +44,8 @@ class Recorder:
         self._asked: list[Asked] = []
         self._answered = threading.Event()
         self._results: list[TaskResult] = []
+        #: When the lab began to serve (its cases over; ``time.monotonic()``), None before.
+        self.served_since: float | None = None
 
     def ask(self, tasks: list[Asked]) -> bool:
         """Ask for ``tasks`` to be run once the cases are over (False: too late, or asked already)."""
@@ -78,6 +81,7 @@ class Recorder:
                 self._cond.wait_for(lambda: self._state != "open", timeout=max(0.0, wait_s))
             asked = self._asked if self._state == "asked" else []
             self._state = "closed"
+            self.served_since = time.monotonic()
         calls = [functools.partial(run, task, limit) for task, limit in asked] if run is not None else []
         results: list[TaskResult] = []
         try:

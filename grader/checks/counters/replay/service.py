@@ -69,6 +69,12 @@ class Phases:
         self.spent(f"counters.{name}", now - self.last)
         self.last = now
 
+    def until(self, name: str, when: float) -> None:
+        """Tells ``name`` the seconds from the last phase's end up to ``when`` (bounded by now)."""
+        when = min(max(when, self.last), time.monotonic())
+        self.spent(f"counters.{name}", when - self.last)
+        self.last = when
+
     def skip(self) -> None:
         """What ran since the last phase is told elsewhere (or not at all)."""
         self.last = time.monotonic()
