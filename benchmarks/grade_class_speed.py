@@ -50,6 +50,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from grader.checks.counters.replay.service import PHASES as REPLAY_PHASES  # noqa: E402
 from grader.classroom import roster, stopping  # noqa: E402
 from grader.classroom import shard as shards  # noqa: E402
 from grader.classroom.progress import LANES_LOG, Display, read_log  # noqa: E402
@@ -393,10 +394,6 @@ def print_stages(out: Path) -> None:
             totals[stage] = totals.get(stage, 0.0) + seconds
     shown = ", ".join(f"{k} {v:.1f}" for k, v in sorted(totals.items()) if v >= 0.05)
     print(f"stage seconds, summed over labs: {shown or 'none above 0.05 s'}")
-
-
-#: A lab's counter replay, phase by phase, in the order they run (``Replayer.run`` and ``collect.replayed``).
-REPLAY_PHASES = ("ahead", "cases", "record", "extract", "plan", "queue", "prepare", "lock", "profile", "finish", "check")
 
 
 def print_replay_phases(out: Path) -> None:

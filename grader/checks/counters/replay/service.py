@@ -52,6 +52,8 @@ BUSY = "CUPTI_ERROR_HARDWARE_BUSY"
 CUPTI_HEADER = "cupti_range_profiler.h"
 #: Told the seconds of each phase of a replay, by name (``counters.queue``, ... : a lab's stage seconds).
 Spent = Callable[[str, float], None]
+#: A lab's replay, phase by phase, in the order they run (``collect.replayed``, then ``Replayer.run``).
+PHASES = ("ahead", "cases", "record", "extract", "plan", "queue", "prepare", "lock", "profile", "finish", "check")
 
 
 def spent_nowhere(name: str, seconds: float) -> None:
