@@ -575,7 +575,9 @@ def main() -> int:
         names = build_class(repos, count)
     # `timeout` ends a long run: its figures so far are still printed, and as grade-class does, the
     # students in flight are not published (a resumed run grades them)
-    stopping.install()
+    # a slice's process gets a stop twice (the group's signal, then its parent's): once stopped it prints only its
+    # line on what it saved, not the traceback of the second signal reaching its threads' shutdown
+    stopping.install(quiet=shard is not None)
     if args.alone_only and shard is None and len(spread := [s.index for s in gpu_slots(options, args.gpus)]) > 1:
         forwarded = ["--students", str(count), "--counters", args.counters, *(["--warm"] if args.warm else [])]
         return grade_alone_over(work, names, spread, forwarded)
