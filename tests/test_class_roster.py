@@ -551,6 +551,29 @@ def test_the_context_start_benchmark_starts_tool_runs_beside_and_times_the_plain
         module.starts([0], beside=[1], tool=["env", "-i"], probe=probe)  # (the tool's process lacks MARK)
 
 
+def test_the_context_start_benchmark_gives_each_process_the_settings_asked_for(tmp_path, monkeypatch):
+    """``--env``: a setting reaches every process, plain and beside the tool, ``NAME=`` removes one
+    the grader's environment has, and a setting without ``=`` is refused before any start."""
+    from benchmark_modules import load
+
+    module = load("context_starts")
+    monkeypatch.setenv("KEPT", "from the grader")
+    monkeypatch.setenv("GONE", "from the grader")
+    probe = ("import os; print(0.5 if os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS') == '1' and 'GONE' not in os.environ "
+             "and os.environ.get('KEPT') == 'from the grader' else 'unset')")
+    settings = module.environment(["CUDA_DEVICE_MAX_CONNECTIONS=1", "GONE="])
+    assert settings == {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "GONE": None}
+    assert module.starts([0, 1], beside=[0], tool=["env"], probe=probe, env=settings) == [0.5, 0.5]
+    with pytest.raises(ValueError):  # (the plain run of the same probe: the settings were not there)
+        module.starts([0], probe=probe)
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        module.environment(["CUDA_DEVICE_MAX_CONNECTIONS"])
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "context_starts.py"
+    refused = subprocess.run([sys.executable, str(script), "--env", "NOEQUALS"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "give NAME=VALUE" in refused.stderr and "Traceback" not in refused.stderr
+    compile(module.DRIVER_PROBE, "driver probe", "exec")  # (it runs where a driver is: on a GPU)
+
+
 def test_the_class_benchmark_counts_the_samples_taken_again_and_those_still_raised(tmp_path, capsys):
     bench = _class_benchmark()
     labs = [{"timings": {"_device": {"name": "GPU"}, "reference": {"samples_taken_again": 2},
