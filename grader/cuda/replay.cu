@@ -138,6 +138,9 @@ static int plan_mode(const char* chip) {
 
 // ---- a task: the module, and cases of buffers and steps ---------------------------------------
 
+// Device memory after each of the replay's own buffers (see allocate()).
+static const size_t SLACK_BYTES = size_t(2) << 20;
+
 struct Buf {
     size_t size = 0;
     bool host = false;
@@ -534,7 +537,11 @@ static std::string allocate(Case& c) {
             continue;
         }
         if (!b.size) continue;
-        if (cudaMalloc(&b.live, b.size) != cudaSuccess || cudaMalloc(&b.pristine, b.size) != cudaSuccess) return "out of memory";
+        // The worker's buffers (2 MiB granules, guard words after the outputs) take a store a little past an
+        // array's end; the replay's must too, or such a kernel faults here and ends the replayer for its lab
+        // (the store itself is the sanitizer's and the guard words' to report). The slack is never copied.
+        if (cudaMalloc(&b.live, b.size + SLACK_BYTES) != cudaSuccess || cudaMalloc(&b.pristine, b.size) != cudaSuccess)
+            return "out of memory";
         if (b.contents.size() == b.size && cudaMemcpy(b.pristine, b.contents.data(), b.size, cudaMemcpyHostToDevice) != cudaSuccess)
             return "filling a buffer";
         std::vector<uint8_t>().swap(b.contents);  // (the device copy is what each pass refills from)
