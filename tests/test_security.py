@@ -351,6 +351,12 @@ def test_the_worker_environment_is_allow_listed(monkeypatch):
     env = worker_env({"GRADER_NO_POOL": "1"})
     assert not set(env) & set(SECRETS) and "PYTHONPATH" not in env
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["GRADER_NO_POOL"] == "1"
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+
+
+def test_a_gpu_setting_the_host_made_itself_is_kept(monkeypatch):
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
+    assert worker_env()["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
 
 
 # ------------------------------------------------------------------ 9. the profiler's report is out of reach
