@@ -45,11 +45,12 @@ GPU_DEVICE_GLOB = "/dev/nvidia*"  # nvidia0..N, nvidiactl, nvidia-uvm(-tools), n
 #: (GRADER_SECRET, GITHUB_TOKEN, cloud credentials, ...) stays with the grader.
 ENV_ALLOWED = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "LD_LIBRARY_PATH")
 ENV_ALLOWED_PREFIXES = ("CUDA_", "CUPY_", "NVIDIA_", "NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
-#: Set for every process the grader starts where the host has not set it: a single hardware queue
-#: a context. Eight contexts starting at once on one GPU took 0.71 s each rather than 1.32 s (two
-#: H200s, ``benchmarks/context_starts.py``), and a class's workers start that way; the labs' code
-#: and the grader's own launch on one stream, which this does not slow.
-GPU_ENV_DEFAULTS = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+#: The hardware queues of each CUDA context in every process the grader starts, where the host
+#: has not set ``CUDA_DEVICE_MAX_CONNECTIONS`` itself. Eight contexts starting at once on one GPU
+#: took 0.71 s each rather than 1.32 s (two H200s, ``benchmarks/context_starts.py``), and a class's
+#: workers start that way; the labs' code and the grader's own launch on one stream, which this
+#: does not slow.
+CONTEXT_QUEUES = "1"
 TMP_SIZE_BYTES = 512 << 20  # the sandbox's private /tmp
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) to sandbox submissions"
 #: What a host needs for the sandbox to start: bubblewrap, and new namespaces allowed to it. A
@@ -163,11 +164,10 @@ def _python_dirs() -> list[str]:
 
 
 def confined_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment an untrusted step starts with: the allow-listed variables, the GPU settings
-    the host has not set itself, and ``extra``."""
+    """The environment an untrusted step starts with: the allow-listed variables, one hardware
+    queue per CUDA context unless the host chose otherwise, and ``extra``."""
     env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWED or k.startswith(ENV_ALLOWED_PREFIXES)}
-    for key, value in GPU_ENV_DEFAULTS.items():
-        env.setdefault(key, value)
+    env["CUDA_DEVICE_MAX_CONNECTIONS"] = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") or CONTEXT_QUEUES
     env.update(extra or {})
     return env
 
