@@ -348,6 +348,7 @@ def test_the_worker_environment_is_allow_listed(monkeypatch):
     for key, value in SECRETS.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
     env = worker_env({"GRADER_NO_POOL": "1"})
     assert not set(env) & set(SECRETS) and "PYTHONPATH" not in env
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["GRADER_NO_POOL"] == "1"
