@@ -16,8 +16,10 @@ What a start costs, and what shortens it: ``--driver`` times the driver's own ca
 (``cuInit``, the primary context, a first allocation and synchronize, through ``ctypes``: no
 CuPy), and each ``--env NAME=VALUE`` (repeatable; ``NAME=`` unsets it) runs every arrangement
 again with that setting in each process's environment, on its own row: a setting that makes the
-starts of 8 at once shorter is one a class's workers could take (``CUDA_DEVICE_MAX_CONNECTIONS=1``,
-fewer hardware queues per context, say).
+starts of 8 at once shorter is one a class's workers could take. The plain rows use this shell's
+environment as it is, so they time the driver's default unless it sets otherwise; the grader's own
+processes get ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (``grader.isolation.sandbox.CONTEXT_QUEUES``), which
+``--env CUDA_DEVICE_MAX_CONNECTIONS=1`` times beside it.
 """
 
 from __future__ import annotations
