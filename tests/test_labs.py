@@ -235,6 +235,27 @@ def test_the_histogram_case_below_a_is_that_byte_whatever_the_secret_seed():
         assert problem.generate(case.params, seed, np)["text"].tolist() == [ord("`")]
 
 
+def test_the_histogram_texts_draw_each_byte_at_its_share_and_every_byte_of_their_mixture():
+    """English-like text is drawn from a table of 65,536 bytes: every byte of the mixture keeps
+    a place in it (the rarest, uppercase 'Z', 1.5 in 100,000), and a drawn text's letters come at
+    English frequencies (the letters are 78% of it)."""
+    import numpy as np
+
+    from grader.labspec.labs import load_problem
+
+    problem = load_problem(find_lab("histogram"))
+    english = problem.generate({"n": 1 << 20, "text": "english"}, 7, np)["text"]
+    assert english.dtype == np.uint8 and english.shape == (1 << 20,)
+    share = np.bincount(english, minlength=256) / len(english)
+    for letter, percent in zip("abcdefghijklmnopqrstuvwxyz", problem._FREQ):
+        assert abs(share[ord(letter)] - 0.78 * percent / sum(problem._FREQ)) < 0.002, letter
+    assert abs(share[ord(" ")] - 0.16) < 0.002
+    kinds = {"english": 26 + 1 + 26 + 22, "uppercase": 26 + 26 + 1, "no_letters": 2 + 65 + 4}
+    for kind, values in kinds.items():
+        assert len(set(problem._TABLES[kind].tolist())) == values, kind
+    assert not set(problem.generate({"n": 1 << 16, "text": "no_letters"}, 3, np)["text"].tolist()) & set(range(97, 123))
+
+
 def test_a_race_is_suggested_only_when_repeated_runs_disagree():
     from grader.checks.correctness import repeats_summary
 
