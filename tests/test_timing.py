@@ -14,7 +14,7 @@ from worker_replies import ok
 from grader.checks import timing
 from grader.isolation.options import GradeOptions
 from grader.isolation.runner import TaskResult
-from grader.labspec.labs import find_lab
+from grader.labspec.labs import find_lab, lab_ids
 from grader.worker.protocol import Kind
 
 
@@ -374,7 +374,7 @@ class _Lab:
 
     def __init__(self, name, events, opening, fails_to_open=False):
         self.whole = find_lab("tiled_matmul")
-        self.spec = SimpleNamespace(id=name)
+        self.spec = SimpleNamespace(id=name, benchmark=None)
         self.name, self.events, self.opening, self.fails_to_open = name, events, opening, fails_to_open
         self.check_s = 0.05
         self.sub = SimpleNamespace(gpu=None)
@@ -509,6 +509,23 @@ def test_the_lab_whose_timed_output_took_longest_to_check_is_timed_first(monkeyp
         order.append([who for kind, who, _ in events if kind == "timed"])
         assert [r.lab for r in reports] == ["a", "b", "c"]  # reports stay in lab order
     assert order == [["a", "b", "c"], ["b", "a", "c"]]
+
+
+def test_a_new_process_times_first_the_lab_whose_timed_calls_move_the_most_bytes():
+    """Nothing measured yet (a student's grade in a process of its own): memory_types' 512 MB
+    oracle is checked beside the other labs' timings, not after the last of them."""
+    from grader.context import RunContext, entered
+    from grader.engine.repo import scoring_first, timed_bytes
+
+    labs = [(i, SimpleNamespace(spec=find_lab(lab))) for i, lab in enumerate(lab_ids())]
+    with entered(RunContext()):
+        first = [grading.spec.id for _, grading in scoring_first(labs)]
+    assert first[:2] == ["memory_types", "histogram"]
+    assert [timed_bytes(find_lab(lab)) for lab in first] == sorted((timed_bytes(find_lab(lab)) for lab in first), reverse=True)
+    with entered(RunContext(scoring_s={lab: 0.1 for lab in lab_ids()} | {"tiled_matmul": 2.0})):
+        assert [grading.spec.id for _, grading in scoring_first(labs)][0] == "tiled_matmul"  # measured: what it took
+    with entered(RunContext(scoring_s={"tiled_matmul": 2.0})):  # some labs not measured: all by their bytes
+        assert [grading.spec.id for _, grading in scoring_first(labs)] == first
 
 
 @pytest.mark.parametrize("ratio,shown", [

@@ -30,6 +30,7 @@ from ..isolation.sandbox import Sandbox
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, LabReport, Outcome, Stage
+from ..worker import expr
 from .grade import LabGrading
 from .phases import Together
 from .plan import course_only_results, fill_checks, in_plan_order, runnable
@@ -291,11 +292,22 @@ SPEED_CHECK = f"{Stage.SPEED.value}.check"
 
 
 def scoring_first(started: list[tuple[int, LabGrading]]) -> list[tuple[int, LabGrading]]:
-    """The labs in the order they are timed: those whose timed output took longest to check
-    (for an earlier student of this run: ``RunContext.scoring_s``) first, so that check runs beside
-    the others' timings rather than after the last (memory_types' oracle takes 1.5-2.5 s); else as given."""
+    """The labs in the order they are timed: those whose timed output takes longest to check
+    first, so that check runs beside the others' timings rather than after the last
+    (memory_types' oracle takes 1.5-2.5 s). The seconds an earlier student of this run took
+    (``RunContext.scoring_s``) where every lab has them; else the bytes a timed call moves (the
+    lab's ``benchmark.bytes``: the oracle reads them all), as a new process's first grade has
+    nothing else to go by. Equal ones as given."""
     scoring_s = current().scoring_s
-    return sorted(started, key=lambda item: -scoring_s.get(item[1].spec.id, 0.0))
+    if all(grading.spec.id in scoring_s for _, grading in started):
+        return sorted(started, key=lambda item: -scoring_s[item[1].spec.id])
+    return sorted(started, key=lambda item: -timed_bytes(item[1].spec))
+
+
+def timed_bytes(spec: LabSpec) -> float:
+    """The bytes one timed call of ``spec`` moves (its ``benchmark.bytes``); 0 where none is said."""
+    bench = spec.benchmark
+    return float(expr.evaluate(bench.bytes, bench.params)) if bench is not None else 0.0
 
 
 def after_gate(report: LabReport, note: str, waited_s: float) -> LabReport:
