@@ -96,3 +96,51 @@ def test_an_answer_too_large_for_the_disk_is_kept_in_the_run_within_its_limit(tm
     with entered(RunContext()):
         compare.expected(spec, problem, {"text": texts[2]}, {"n": 64}, tmp_path)
         assert problem.calls["expected"] == 5  # another run keeps its own
+
+
+def test_a_graded_case_of_the_runs_own_secret_is_kept_in_the_run_not_on_disk(tmp_path, monkeypatch):
+    """A run's own secret is new with every run: its cases, drawn again by no later run, stay in
+    the run (each grade of a repository left some 80 MB on disk). A given secret's go to disk."""
+    from grader.context import RunContext, current, entered
+    from grader.isolation.options import GradeOptions, secret_given, secret_of
+
+    spec, problem = find_lab("histogram"), Counting("histogram")
+    monkeypatch.delenv("GRADER_SECRET", raising=False)
+    with entered(RunContext()):
+        own = secret_of(GradeOptions())
+        assert own == current().secret and not secret_given(own)
+        for _ in range(2):
+            inputs = compare.generated(spec, problem, {"n": 5000, "text": "english"}, 7, tmp_path, on_disk=False)
+            compare.expected(spec, problem, inputs, {"n": 5000}, tmp_path, on_disk=False)
+        assert problem.calls == {"generate": 1, "expected": 1} and len(current().answers) == 2
+        assert not list(tmp_path.rglob("*.npz"))
+        monkeypatch.setenv("GRADER_SECRET", "the course's")
+        assert secret_given(secret_of(GradeOptions()))
+    with entered(RunContext()):  # a new run: the case is drawn again
+        compare.generated(spec, problem, {"n": 5000, "text": "english"}, 7, tmp_path, on_disk=False)
+        assert problem.calls["generate"] == 2
+
+
+def test_a_correctness_case_keeps_its_inputs_on_disk_only_for_a_given_secret(tmp_path, monkeypatch):
+    """What a graded case asks of the cache follows whose secret seeded it."""
+    from grader.checks import correctness
+    from grader.context import RunContext, entered
+
+    class Asked(Exception):
+        pass
+
+    def write_inputs(*args, **kwargs):
+        raise Asked(args[-1])  # (the case goes no further: only what it asked for counts here)
+
+    monkeypatch.setattr(correctness, "write_inputs", write_inputs)
+    spec = find_lab("tiled_matmul")
+    worker = SimpleNamespace(dirs=SimpleNamespace(inbox=tmp_path))
+    with entered(RunContext()) as run:
+        for secret, on_disk in ((run.secret, False), ("the course's", True)):
+            sub = SimpleNamespace(spec=spec, problem=None, cache_dir=tmp_path, secret=secret)
+            try:
+                correctness.grade_case(sub, worker, worker, spec.correctness.cases[0], "case0")
+            except Asked as asked:
+                assert asked.args[0] is on_disk
+            else:
+                raise AssertionError("the case did not ask for its inputs")

@@ -8,6 +8,11 @@ MB of English text takes 1.7 s to draw). Answers are keyed by a digest of the ve
 answer, inputs by the lab version, parameters and seed. The timed inputs are drawn afresh for every
 sample, so the timing's check is not cached. Students never see this folder: a case's inputs are
 copied into the grading's own inbox.
+
+Only cases that a later run draws again go to disk: those of the YAML's own seeds (sanitizer and
+counter cases) and those of a secret given to the run (``GRADER_SECRET``). A run's own secret is
+new with every run, so its graded cases are kept in the run alone (``on_disk=False``): on disk, a
+student's every grade of a repository left some 80 MB there that no later grade could read.
 """
 
 from __future__ import annotations
@@ -41,24 +46,27 @@ _KEEPING = threading.Lock()  # (the run's answers are asked for from the grading
 Arrays = dict[str, np.ndarray]
 
 
-def generated(spec: LabSpec, problem: ModuleType, params: Mapping[str, Any], seed: int, cache_dir: Path | None) -> Arrays:
-    """``problem.generate(params, seed, np)``, from the cache where it ran before."""
+def generated(spec: LabSpec, problem: ModuleType, params: Mapping[str, Any], seed: int, cache_dir: Path | None,
+              on_disk: bool = True) -> Arrays:
+    """``problem.generate(params, seed, np)``, from the cache where it ran before (in the run
+    alone unless ``on_disk``)."""
     def compute() -> Arrays:
         arrays: Arrays = problem.generate(dict(params), seed, np)
         return arrays
-    return _cached(cache_dir, _key(spec, "inputs", _params(params), str(seed)), compute)
+    return _cached(cache_dir, _key(spec, "inputs", _params(params), str(seed)), compute, on_disk)
 
 
 def expected(spec: LabSpec, problem: ModuleType, inputs: Mapping[str, Any], params: Mapping[str, Any],
-             cache_dir: Path | None) -> Arrays:
-    """``problem.expected(inputs, params)``, from the cache where these very inputs were answered before."""
+             cache_dir: Path | None, on_disk: bool = True) -> Arrays:
+    """``problem.expected(inputs, params)``, from the cache where these very inputs were answered
+    before (in the run alone unless ``on_disk``)."""
     def compute() -> Arrays:
         arrays: Arrays = problem.expected(inputs, dict(params))
         return arrays
     digest = inputs_digest(inputs)
     if digest is None:
         return compute()
-    return _cached(cache_dir, _key(spec, "expected", _params(params), digest), compute)
+    return _cached(cache_dir, _key(spec, "expected", _params(params), digest), compute, on_disk)
 
 
 def _params(params: Mapping[str, Any]) -> str:
@@ -85,14 +93,16 @@ def _key(spec: LabSpec, *parts: str) -> str:
     return hashlib.sha256("|".join((spec.id, lab_version(spec), *parts)).encode()).hexdigest()
 
 
-def _cached(cache_dir: Path | None, key: str, compute: Callable[[], Arrays]) -> Arrays:
+def _cached(cache_dir: Path | None, key: str, compute: Callable[[], Arrays], on_disk: bool = True) -> Arrays:
     if cache_dir is None:
         return compute()
-    cases = private_dir(private_dir(cache_dir, "the grader's cache folder") / "cases", "the case cache")
-    path = cases / key[:2] / f"{key}.npz"
-    stored = _load(path)
-    if stored is not None:
-        return stored
+    path = None
+    if on_disk:
+        cases = private_dir(private_dir(cache_dir, "the grader's cache folder") / "cases", "the case cache")
+        path = cases / key[:2] / f"{key}.npz"
+        stored = _load(path)
+        if stored is not None:
+            return stored
     kept = current().answers
     with _KEEPING:
         held = kept.get(key)
@@ -101,7 +111,7 @@ def _cached(cache_dir: Path | None, key: str, compute: Callable[[], Arrays]) -> 
     value = compute()
     if isinstance(value, dict) and value and all(_plain(v) for v in value.values()):
         size = sum(v.nbytes for v in value.values())
-        if size <= ENTRY_LIMIT_BYTES:
+        if path is not None and size <= ENTRY_LIMIT_BYTES:
             _store(path, value)
         elif size <= RUN_LIMIT_BYTES:
             with _KEEPING:

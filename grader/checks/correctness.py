@@ -17,7 +17,7 @@ import numpy as np
 from ..host.safeio import load_npy, replacing
 from ..isolation.compilerlog import demangle
 from ..isolation.launch import RunDirs
-from ..isolation.options import secret_seed
+from ..isolation.options import secret_given, secret_seed
 from ..isolation.runner import MEMORY_POLL_S, MEMORY_WAIT_S, TaskResult, WorkerSession
 from ..isolation.submission import Submission
 from ..labspec.spec import Case, CounterCheck, LabSpec, SanitizerCheck
@@ -38,10 +38,11 @@ def launcher_spec(spec: LabSpec) -> LauncherSpec:
 
 
 def write_inputs(spec: LabSpec, problem: ModuleType, params: Mapping[str, Any], seed: int,
-                 folder: Path, cache_dir: Path | None = None) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Generate a case's inputs into ``folder`` (one only the grader writes): (arrays, .npy paths)."""
+                 folder: Path, cache_dir: Path | None = None, on_disk: bool = True) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Generate a case's inputs into ``folder`` (one only the grader writes): (arrays, .npy paths);
+    kept in the run alone unless ``on_disk`` (see :mod:`grader.checks.compare`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    inputs = oracle.generated(spec, problem, params, seed, cache_dir)
+    inputs = oracle.generated(spec, problem, params, seed, cache_dir, on_disk)
     paths = {}
     for arg in spec.launcher.args:
         if arg.role == "input":
@@ -120,8 +121,9 @@ def grade_case(sub: Submission, worker: WorkerSession, trusted: WorkerSession, c
     spec = sub.spec
     cid = f"correctness[{case.label}]"
     seed = secret_seed(sub.secret, spec.id, cid, case.seed)
-    inputs, paths = write_inputs(spec, sub.problem, case.params, seed, worker.dirs.inbox / folder, sub.cache_dir)
-    expected = oracle.expected(spec, sub.problem, inputs, case.params, sub.cache_dir)
+    on_disk = secret_given(sub.secret)  # (a run's own secret is never drawn again: its cases stay in the run)
+    inputs, paths = write_inputs(spec, sub.problem, case.params, seed, worker.dirs.inbox / folder, sub.cache_dir, on_disk)
+    expected = oracle.expected(spec, sub.problem, inputs, case.params, sub.cache_dir, on_disk)
     guard = spec.correctness.guard_elements
     limit = spec.correctness.time_limit_s
     shared = _share(worker, trusted, share_task(launcher_spec(spec), dict(case.params), paths, guard), sub.time_left(limit))

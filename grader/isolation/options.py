@@ -69,6 +69,12 @@ def secret_of(options: GradeOptions) -> str:
     return options.secret or os.environ.get("GRADER_SECRET") or current().secret
 
 
+def secret_given(secret: str) -> bool:
+    """Whether ``secret`` was given to the run (the option, $GRADER_SECRET) rather than being the
+    run's own: only inputs seeded from a given one are drawn again by a later run."""
+    return secret != current().secret
+
+
 def secret_seed(secret: str, lab: str, what: str, seed: int) -> int:
     """The seed actually used for a graded input: the YAML seed mixed with the run's secret.
 
