@@ -492,6 +492,24 @@ def test_the_baselines_worker_is_one_per_gpu_and_its_tasks_take_turns(monkeypatc
     assert len(most) == 4 and max(most) == 1  # one task at a time
 
 
+def test_a_repositorys_grade_starts_the_gpus_trusted_worker_before_its_labs_builds_are_looked_up(monkeypatch):
+    """Every lab's first case waits for the trusted worker: a grade in a new process starts it
+    first, and none where no GPU is used."""
+    from grader.engine import repo
+
+    started = []
+    gpu = SimpleNamespace(name="a GPU")
+    monkeypatch.setattr(repo, "probe_for", lambda options: SimpleNamespace(gpu=gpu))
+    monkeypatch.setattr(repo, "trusted_worker", lambda options, on: SimpleNamespace(spawn_ahead=lambda: started.append(on)))
+    repo._trusted_ahead(GradeOptions(gpu=False))
+    assert started == []
+    repo._trusted_ahead(GradeOptions())
+    assert started == [gpu]
+    monkeypatch.setattr(repo, "probe_for", lambda options: SimpleNamespace(gpu=None))
+    repo._trusted_ahead(GradeOptions())
+    assert started == [gpu]
+
+
 def test_the_lab_whose_timed_output_took_longest_to_check_is_timed_first(monkeypatch):
     """Its check runs beside the other labs' timings instead of after the last one."""
     from grader.engine.repo import _time_in_turn

@@ -150,7 +150,9 @@ class LabGrading:
         workers = self.workers = Workers(WorkerSession(sub.student_dirs(), isolation),
                                          baselines_worker(key_of(probe.gpu), isolation.for_baselines()),
                                          bool(spec.benchmark and spec.benchmark.checks and options.timing))
-        # its context is made while the first case is readied, and asked for before the tool runs' contexts
+        # their contexts are made while the first case is readied, and asked for before the tool runs'
+        # contexts: the trusted worker's first, as each lab's first case waits for it
+        workers.trusted.spawn_ahead()
         workers.student.spawn_ahead()
         # Sanitizer and counter runs are separate processes on tiny cases, each in a thread of its own: they
         # overlap the correctness cases (their counts do not depend on what else runs); timing waits for them

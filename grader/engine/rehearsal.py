@@ -17,11 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from ..checks.timing import SampleFailed, baselines_of, inputs_only, rehearse
 from ..context import carried
 from ..errors import internal_error_message
-from ..host.gpu import key_of
 from ..isolation.build import baseline_library
-from ..isolation.launch import Isolation
-from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, secret_of
-from ..isolation.trusted import baselines_worker
+from ..isolation.options import GradeOptions, Progress, archs_for, no_progress, probe_for, secret_of
+from ..isolation.trusted import trusted_worker
 from ..labspec.spec import LabSpec
 from .plan import runnable
 
@@ -39,7 +37,7 @@ def rehearse_timings(specs: list[LabSpec], options: GradeOptions, progress: Prog
     started = time.monotonic()
     archs = archs_for(options, probe)
     progress(f"readying the timing of {len(timed)} labs: their baselines, and the GPU kernels of their inputs")
-    worker = baselines_worker(key_of(probe.gpu), Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options)))
+    worker = trusted_worker(options, probe.gpu)
     secret = secret_of(options)
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="rehearsal-build") as pool:  # all at once, ahead
         for spec, bench in timed:

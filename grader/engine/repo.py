@@ -27,6 +27,7 @@ from ..host.safeio import UnsafeFile, submission_file
 from ..isolation.build import lab_build
 from ..isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for, usable_cpus
 from ..isolation.sandbox import Sandbox
+from ..isolation.trusted import trusted_worker
 from ..labspec.labs import find_lab, lab_ids
 from ..labspec.spec import LabSpec
 from ..outcome import CheckResult, LabReport, Outcome, Stage
@@ -146,6 +147,7 @@ def grade_many(
     rehearsal: threading.Thread | None = None
     if len(items) > 1:
         progress(f"compiling {len(items)} submissions and their baselines")
+        _trusted_ahead(options)
         graded = [item for item, why in zip(items, refused) if not why]
         prebuild(graded, options)
         labs = [runnable(spec) for spec in {spec.id: spec for spec, _, _ in graded}.values()]
@@ -199,6 +201,14 @@ def grade_many(
             for batch in shared.values():
                 batch.close(keep=options.keep_work is not None)
     return [r for r in reports if r is not None]
+
+
+def _trusted_ahead(options: GradeOptions) -> None:
+    """Start the GPU's trusted worker now, while the labs' builds are looked up: every lab's first
+    case waits for it (it owns the case's buffers), and a grade in a process of its own found it
+    started only by that first case, its CUDA context made after the labs' workers'."""
+    if options.gpu and (gpu := probe_for(options).gpu) is not None:
+        trusted_worker(options, gpu).spawn_ahead()
 
 
 def _rehearsed_if_cold(specs: list[LabSpec], options: GradeOptions, progress: Progress) -> threading.Thread | None:

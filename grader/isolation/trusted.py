@@ -14,8 +14,10 @@ import tempfile
 import threading
 from pathlib import Path
 
+from ..host.gpu import GpuInfo, key_of
 from ..worker.protocol import Task
 from .launch import Isolation, RunDirs
+from .options import GradeOptions, kernel_cache, sandbox_for
 from .runner import TaskResult, WorkerSession
 
 
@@ -50,6 +52,11 @@ def baselines_worker(gpu: str, isolation: Isolation) -> SharedWorker:
             worker = _WORKERS[key] = SharedWorker(RunDirs(folder / "grader", folder / "baselines"), isolation)
             atexit.register(_end, worker, folder)
         return worker
+
+
+def trusted_worker(options: GradeOptions, gpu: GpuInfo) -> SharedWorker:
+    """The baselines' worker of ``gpu`` as ``options`` grade there (see :func:`baselines_worker`)."""
+    return baselines_worker(key_of(gpu), Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options)))
 
 
 def _end(worker: SharedWorker, folder: Path) -> None:
