@@ -23,16 +23,23 @@ _UPPER = [65 + i for i in range(26)]
 _PUNCT = [ord(ch) for ch in ".,;:'\"!?-()0123456789\n"]
 
 
+#: Bytes of a mixed text are drawn as ``table[draw]``, draw uniform in 0 .. 2**16 - 1: each byte
+#: value fills its share of the table, to within one entry (1 in 65,536). For the 16 MB of English
+#: of the largest correctness case this takes 0.05 s, where a binary search per byte took 0.9 s.
+_TABLE_BITS = 16
+
+
 def _table(groups):
-    """(byte values, cumulative probabilities) for a mixture of (weight, bytes, per-byte weights)."""
+    """The byte table of a mixture of (weight, bytes, per-byte weights)."""
     values, probs = [], []
     for weight, chars, within in groups:
         within = np.asarray(within if within is not None else [1.0] * len(chars), dtype=np.float64)
         values += chars
         probs += list(weight * within / within.sum())
-    cdf = np.cumsum(probs) / np.sum(probs)
-    cdf[-1] = 1.0  # random_sample() < 1, so every draw finds a byte
-    return np.asarray(values, dtype=np.uint8), cdf
+    size = 1 << _TABLE_BITS
+    ends = np.rint(np.cumsum(probs) / np.sum(probs) * size).astype(np.int64)
+    ends[-1] = size  # every entry holds a byte
+    return np.repeat(np.asarray(values, dtype=np.uint8), np.diff(ends, prepend=0))
 
 
 _TABLES = {
@@ -49,13 +56,11 @@ def generate(params, seed, xp):
     n, kind = int(params["n"]), str(params.get("text", "random"))
     rs = xp.random.RandomState(seed)
     if kind == "random":
-        text = rs.randint(0, 256, size=n).astype(xp.uint8)
+        text = rs.randint(0, 256, size=n, dtype=xp.uint8)
     elif kind in _FILL:
         text = xp.full(n, _FILL[kind], dtype=xp.uint8)
     elif kind in _TABLES:
-        values, cdf = _TABLES[kind]
-        idx = xp.searchsorted(xp.asarray(cdf), rs.random_sample(n), side="right")
-        text = xp.asarray(values)[idx]
+        text = xp.asarray(_TABLES[kind])[rs.randint(0, 1 << _TABLE_BITS, size=n, dtype=xp.uint16)]
     else:
         raise ValueError(f"unknown text kind {kind!r} (known: random, {', '.join([*_FILL, *_TABLES])})")
     return {"text": text}
