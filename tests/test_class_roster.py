@@ -147,6 +147,34 @@ def test_gpus_option_picks_among_the_visible_ones():
     assert DEVICES[1].lane == "gpu1" and DEVICES[1].arch == "sm_90" and DEVICES[1].key == "GPU-1aaa-1"
 
 
+def test_a_gpu_found_is_remembered_by_the_process_and_none_found_is_looked_for_again(monkeypatch):
+    """Each probe started NVML (30-70 ms), a dozen times in a repository's grade: a GPU found is
+    probed once per process and set of visible devices; where none was found, the next probe looks
+    again (a GPU busy at the first look is not lost for the whole run)."""
+    from grader.host import gpu
+
+    looks: list[str | None] = []
+    answer = {"gpu": gpu.GpuInfo("H100", (9, 0), "580.1", 0, "GPU-1")}
+
+    def look() -> gpu.GpuProbe:
+        looks.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return gpu.GpuProbe(answer["gpu"], "" if answer["gpu"] else "NVML: busy")
+
+    monkeypatch.setattr(gpu, "_probe_device", look)
+    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: object())  # (CuPy "installed")
+    monkeypatch.setattr(gpu, "_FOUND", {})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.delenv("GRADER_NO_GPU", raising=False)
+    assert gpu.probe() == gpu.probe() == gpu.GpuProbe(answer["gpu"]) and looks == ["0"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    answer["gpu"] = None
+    assert gpu.probe() == gpu.probe() == gpu.GpuProbe(None, "NVML: busy") and looks == ["0", "1", "1"]
+    answer["gpu"] = gpu.GpuInfo("H100", (9, 0), "580.1", 1, "GPU-2")
+    assert gpu.probe().gpu == gpu.probe().gpu == answer["gpu"] and looks == ["0", "1", "1", "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert gpu.probe().gpu is not None and gpu.probe().gpu.uuid == "GPU-1" and len(looks) == 4
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 0.0

@@ -28,7 +28,7 @@ from ..checks.families.base import ToolStart
 from ..checks.families.registry import FAMILIES
 from ..checks.sass import static_checks
 from ..checks.timing import TimedRun, baselines_of
-from ..host import toolchain
+from ..host import gpu, toolchain
 from ..host.gpu import GpuProbe, key_of
 from ..isolation.build import lab_build
 from ..isolation.launch import Isolation
@@ -181,7 +181,7 @@ class LabGrading:
         if probe.gpu:
             self.env.update(gpu=probe.gpu.name, compute_capability="%d.%d" % probe.gpu.compute_capability,
                             driver=probe.gpu.driver)
-            self.env.update({f"health.{k}": v for k, v in probe.health.items()})
+            self.env.update({f"health.{k}": v for k, v in gpu.health(probe.gpu).items()})
         else:
             self.env["gpu"] = f"none: {probe.reason}"
 

@@ -7,8 +7,9 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..worker.protocol import first_visible_device
 
@@ -40,15 +41,30 @@ def key_of(gpu: GpuInfo | None) -> str:
 class GpuProbe:
     gpu: GpuInfo | None
     reason: str = ""  # why there is no GPU
-    health: Mapping[str, object] = field(default_factory=dict)
 
 
 def probe() -> GpuProbe:
-    """Find the GPU that will be graded on; say why when there is none (or it cannot be used)."""
+    """Find the GPU that will be graded on; say why when there is none (or it cannot be used).
+
+    A GPU found is remembered by the process (for the devices it may see): each probe started
+    NVML, 30-70 ms on an H200, and a repository's grade probed a dozen times. Where none was
+    found, the next probe looks again. What changes as it runs is read by ``health``."""
+    key = (os.getpid(), os.environ.get("GRADER_NO_GPU", ""), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    with _FOUND_LOCK:
+        found = _FOUND.get(key)
+    if found is not None:
+        return found
     found = _probe_device()
     if found.gpu is not None and importlib.util.find_spec("cupy") is None:
         return GpuProbe(None, f"{found.gpu.name} found, but CuPy is not installed (pip install 'cuda-lab-grader[gpu]')")
+    if found.gpu is not None:
+        with _FOUND_LOCK:
+            _FOUND[key] = found
     return found
+
+
+_FOUND: dict[tuple[int, str, str | None], GpuProbe] = {}  # (process, $GRADER_NO_GPU, $CUDA_VISIBLE_DEVICES) -> the GPU found
+_FOUND_LOCK = threading.Lock()
 
 
 def _probe_device() -> GpuProbe:
@@ -92,13 +108,29 @@ def _probe_nvml(index: int) -> GpuProbe:
         driver = driver.decode() if isinstance(driver, bytes) else driver
         uuid = pynvml.nvmlDeviceGetUUID(handle)
         uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-        return GpuProbe(GpuInfo(name, (int(cc[0]), int(cc[1])), driver, index, uuid), health=_health(pynvml, handle))
+        return GpuProbe(GpuInfo(name, (int(cc[0]), int(cc[1])), driver, index, uuid))
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def health(gpu: GpuInfo) -> dict[str, object]:
+    """``gpu``'s clocks, temperature, throttle reasons and other processes now, recorded with each
+    lab's grade; nothing where NVML cannot say."""
+    try:
+        import pynvml  # from nvidia-ml-py; optional
+
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    try:
+        return _health(pynvml, pynvml.nvmlDeviceGetHandleByIndex(gpu.index))
+    except Exception:
+        return {}
     finally:
         pynvml.nvmlShutdown()
 
 
 def _health(pynvml: Any, handle: Any) -> dict[str, object]:
-    """Clocks, temperature, throttle reasons and other processes, recorded with each timing."""
     info: dict[str, object] = {}
 
     def attempt(key: str, fn: Callable[[], object]) -> None:
