@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -156,6 +159,36 @@ def test_a_rehearsal_readies_every_labs_timing_from_an_empty_cache(tmp_path):
     report = grade(spec, spec.files.reference, options)
     assert report.timings["student"]["n"] >= 10 and all(c.outcome is not Outcome.ERROR for c in report.checks)
     assert sorted(p.name for p in kernels.rglob("*") if p.is_file()) == compiled
+
+
+@pytest.mark.gpu
+def test_the_trusted_worker_compiles_the_kernels_sandboxed_workers_run_into_their_seed(tmp_path):
+    """A sandboxed worker starts from a copy of the trusted kernel cache and fills shared memory
+    before its first call (``grader.worker.poison``). No trusted worker ran that fill, so each
+    sandboxed worker of every grade compiled it again. Must: once the trusted worker is up, a copy
+    of its cache compiles nothing for the fill; the control, an empty cache, compiles it."""
+    from grader.isolation.options import kernel_cache, probe_for
+    from grader.isolation.trusted import trusted_worker
+
+    options = GradeOptions(cache_dir=tmp_path / "cache", counters=False, sanitizers=False)
+    worker = trusted_worker(options, probe_for(options).gpu)
+    try:
+        assert worker._start() is None
+    finally:
+        worker.kill()
+    fill = "import cupy as cp; from grader.worker import poison; poison.seed_kernels(cp)"
+
+    def compiled_by_the_fill(cache: Path) -> list[str]:
+        before = {p for p in cache.rglob("*") if p.is_file()}
+        subprocess.run([sys.executable, "-c", fill], env={**os.environ, "CUPY_CACHE_DIR": str(cache)}, cwd=ROOT,
+                       check=True, timeout=120)
+        return sorted(p.name for p in cache.rglob("*") if p.is_file() and p not in before)
+
+    copy = tmp_path / "copy"
+    shutil.copytree(kernel_cache(options), copy)
+    assert compiled_by_the_fill(copy) == []
+    (tmp_path / "empty").mkdir()
+    assert compiled_by_the_fill(tmp_path / "empty") != []
 
 
 @pytest.mark.gpu

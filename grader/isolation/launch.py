@@ -69,8 +69,12 @@ class Isolation:
         root = str(worker_runtime()) if self.sandboxed else str(PACKAGE_PARENT)
         args = [root if a is WORKER_ROOT else a for a in args]
         if self.cupy_cache is not None:
-            # trusted workers share the kernel cache; others start from a copy of their own
-            env["CUPY_CACHE_DIR" if self.trusted else "GRADER_CUPY_SEED"] = str(self.cupy_cache)
+            # trusted workers share the kernel cache (and compile into it the kernels sandboxed
+            # workers run: ``grader.worker.main.serve``); others start from a copy of their own
+            if self.trusted:
+                env.update(CUPY_CACHE_DIR=str(self.cupy_cache), GRADER_SEED_KERNELS="1")
+            else:
+                env["GRADER_CUPY_SEED"] = str(self.cupy_cache)
         if not self.sandboxed:
             env.setdefault("HOME", os.environ.get("HOME", "/tmp"))
             return args, env

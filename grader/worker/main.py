@@ -16,7 +16,7 @@ from . import owned, shared
 from .buffers import Buffers, StudentCudaError, array_addresses, filled_inputs, library
 from .confine import close_tool_log, confine, limit_self, private_kernel_cache
 from .owned import Mapped
-from .poison import arm, cleared, fill_shared
+from .poison import arm, cleared, fill_shared, seed_kernels
 from .protocol import MARK_KERNEL, Kind, Reply, Status, Task, makes_shared, memory_taken
 from .sampling import run_timing
 
@@ -167,6 +167,10 @@ def serve() -> int:
     begun = time.monotonic()
     try:
         cp = _import_cupy(bool(os.environ.get("GRADER_NO_POOL")))
+        if os.environ.pop("GRADER_SEED_KERNELS", ""):
+            # a trusted worker: the kernels each sandboxed worker runs on its first case, compiled
+            # into the cache they start from a copy of (each compiled them anew: 0.1-0.2 s)
+            seed_kernels(cp)
         confine()
     except Exception as exc:
         send({"event": "startup_failed", "error": f"{type(exc).__name__}: {exc}"})

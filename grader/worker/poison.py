@@ -65,6 +65,12 @@ def _prepared(cp: Any) -> tuple[Any, int, int]:
     return _fill["kernel"], int(_fill["bytes"]), int(_fill["blocks"])
 
 
+def seed_kernels(cp: Any) -> None:
+    """Compile this module's kernels (in a trusted worker, into the kernel cache that sandboxed
+    workers start from a copy of: each of them runs the fill before its first call)."""
+    _prepared(cp)
+
+
 def arm(cp: Any, lib: Any, pattern: int | None) -> None:
     """Have the support file fill shared memory before each of the student's launches, on the
     launch's stream (``pattern``; None: no more), with this module's kernel."""
