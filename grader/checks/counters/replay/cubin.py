@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
 from ....host import toolchain
 from ....host.safeio import read_file
 
@@ -69,6 +66,10 @@ class Module:
 
 def parse_elf(data: bytes, path: Path) -> Module:
     """The kernels and variables of one cubin (its bytes)."""
+    # (imported here: a grade whose counters are kept reads no cubin, and this took 0.15 s of its start)
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     try:
         elf = ELFFile(io.BytesIO(data))
         sections = [sec.name for sec in elf.iter_sections()]
