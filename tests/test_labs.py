@@ -345,6 +345,7 @@ def test_a_cold_batch_rehearses_its_timing_in_the_background_and_times_after_it(
     (``engine.rehearsal``), and the first timing waits for it; a full cache, or no timing, none."""
     from grader.engine import repo
     from grader.host import gpu
+    from grader.isolation.options import kernel_cache
 
     h100 = gpu.GpuProbe(gpu.GpuInfo("NVIDIA H100 80GB HBM3", (9, 0), "580.65"))
     monkeypatch.setattr(repo, "probe_for", lambda options: h100)
@@ -352,13 +353,24 @@ def test_a_cold_batch_rehearses_its_timing_in_the_background_and_times_after_it(
     monkeypatch.setattr(repo, "rehearse_timings", lambda specs, options, progress: (asked.append([s.id for s in specs]), let_go.wait(20)))
     spec = find_lab("tiled_matmul")
     options = GradeOptions(cache_dir=tmp_path / "cache")
-    rehearsal = repo._rehearsed_if_cold([spec], options, print)
+    rehearsal = repo._rehearsed_if_cold([spec], options, print, repo._kernels_cold(options))
     assert rehearsal is not None and rehearsal.is_alive() and asked == [["tiled_matmul"]]
     let_go.set()
     rehearsal.join(20)
-    assert repo._rehearsed_if_cold([spec], GradeOptions(cache_dir=tmp_path / "cache", timing=False), print) is None
+    assert not repo._kernels_cold(GradeOptions(cache_dir=tmp_path / "cache", timing=False))
+    assert repo._rehearsed_if_cold([spec], options, print, False) is None
     (tmp_path / "cache" / "cupy-kernels" / "a.cubin").write_bytes(b"")
-    assert repo._rehearsed_if_cold([spec], options, print) is None  # (warm: nothing to ready)
+    assert not repo._kernels_cold(options)  # (warm: nothing to ready)
+
+    # the cache is looked at before the trusted worker starts, which compiles into it as it starts
+    seen: list[bool] = []
+    monkeypatch.setattr(repo, "_trusted_ahead", lambda options: (kernel_cache(options) / "fill.cubin").write_bytes(b""))
+    monkeypatch.setattr(repo, "_rehearsed_if_cold", lambda specs, options, progress, cold: seen.append(cold))
+    fresh = GradeOptions(cache_dir=tmp_path / "fresh")
+    missing = [(spec, tmp_path / "missing" / f"{name}.cu", f"{name}.cu") for name in ("a", "b")]
+    for _ in range(2):
+        assert [r.score for r in grade_many(missing, fresh, window=2)] == [0, 0]
+    assert seen == [True, False]
 
     ended = threading.Event()
 
@@ -369,7 +381,7 @@ def test_a_cold_batch_rehearses_its_timing_in_the_background_and_times_after_it(
     order: list[bool] = []
     real_timed = LabGrading.timed
     monkeypatch.setattr(LabGrading, "timed", lambda self: (order.append(ended.is_set()), real_timed(self))[1])
-    monkeypatch.setattr(repo, "_rehearsed_if_cold", lambda specs, options, progress: (t := threading.Thread(target=slow), t.start(), t)[2])
+    monkeypatch.setattr(repo, "_rehearsed_if_cold", lambda specs, options, progress, cold: (t := threading.Thread(target=slow), t.start(), t)[2])
     items = [(spec, spec.files.reference, f"{name}.cu") for name in ("a", "b")]
     grade_many(items, GradeOptions(gpu=False), window=2)
     assert order == [True, True]  # (each timing came after the rehearsal ended)

@@ -147,13 +147,14 @@ def grade_many(
     rehearsal: threading.Thread | None = None
     if len(items) > 1:
         progress(f"compiling {len(items)} submissions and their baselines")
+        cold = _kernels_cold(options)  # (before the trusted worker starts: it compiles into the cache as it starts)
         _trusted_ahead(options)
         graded = [item for item, why in zip(items, refused) if not why]
         prebuild(graded, options)
         labs = [runnable(spec) for spec in {spec.id: spec for spec, _, _ in graded}.values()]
         for family in FAMILIES:
             family.ahead(labs, options, progress)
-        rehearsal = _rehearsed_if_cold(labs, options, progress)
+        rehearsal = _rehearsed_if_cold(labs, options, progress, cold)
 
     def begin(i: int, together: Together) -> LabGrading | LabReport:
         spec, path, display = items[i]
@@ -211,12 +212,18 @@ def _trusted_ahead(options: GradeOptions) -> None:
         trusted_worker(options, gpu).spawn_ahead()
 
 
-def _rehearsed_if_cold(specs: list[LabSpec], options: GradeOptions, progress: Progress) -> threading.Thread | None:
-    """On an empty kernel cache, the labs' timing rehearsed (``engine.rehearsal``) in the
-    background, beside their correctness cases: the first timing then finds the kernels that make
-    and check its inputs compiled and the baselines' sessions open (a cold repository's timing
-    took 10 s of its 43 on an H100, against 4 s warm). None where the cache is full already."""
-    if not (options.gpu and options.timing) or probe_for(options).gpu is None or any(kernel_cache(options).iterdir()):
+def _kernels_cold(options: GradeOptions) -> bool:
+    """Whether the labs' timing on a GPU finds the trusted kernel cache empty."""
+    return bool(options.gpu and options.timing) and probe_for(options).gpu is not None and not any(kernel_cache(options).iterdir())
+
+
+def _rehearsed_if_cold(specs: list[LabSpec], options: GradeOptions, progress: Progress, cold: bool) -> threading.Thread | None:
+    """On a ``cold`` kernel cache (``_kernels_cold``), the labs' timing rehearsed
+    (``engine.rehearsal``) in the background, beside their correctness cases: the first timing
+    then finds the kernels that make and check its inputs compiled and the baselines' sessions
+    open (a cold repository's timing took 10 s of its 43 on an H100, against 4 s warm). None
+    where the cache was full already."""
+    if not cold:
         return None
     rehearsal = threading.Thread(target=carried(rehearse_timings), args=(specs, options, progress), name="rehearsal", daemon=True)
     rehearsal.start()
