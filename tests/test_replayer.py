@@ -330,6 +330,95 @@ __global__ void empty() {}
 
 # ---------------------------------------------------------------- the replayer program
 
+#: A host program around the real support file: its wrappers called as a launcher would call
+#: them, with the runtime's allocation, free and copy stood in for (no GPU here).
+HELD_PROGRAM = r"""
+#include <cuda_runtime.h>
+#include <stdio.h>
+extern "C" cudaError_t __wrap_cudaMalloc(void** p, size_t n);
+extern "C" cudaError_t __wrap_cudaFree(void* p);
+extern "C" cudaError_t __wrap_cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k);
+extern "C" cudaError_t __wrap_cudaMemset(void* p, int v, size_t n);
+extern "C" void cudalab_grader_record(int on);
+extern "C" long cudalab_grader_recorded(char* buf, long len);
+static char device[1 << 16];
+static size_t used = 0;
+extern "C" cudaError_t __real_cudaMalloc(void** p, size_t n) { *p = device + used; used += n; return cudaSuccess; }
+extern "C" cudaError_t __real_cudaFree(void*) { return cudaSuccess; }
+extern "C" cudaError_t __real_cudaMemcpy(void*, const void*, size_t, cudaMemcpyKind) { return cudaSuccess; }
+extern "C" cudaError_t __real_cudaMemset(void*, int, size_t) { return cudaSuccess; }
+static float* mask_d = NULL;  // kept between calls, as the global-memory baseline keeps its mask
+static void call(const float* mask, int width) {
+    if (mask_d == NULL) __wrap_cudaMalloc((void**)&mask_d, 64 * sizeof(float));
+    __wrap_cudaMemcpy(mask_d, mask, width * sizeof(float), cudaMemcpyHostToDevice);
+}
+static void recorded(const char* title) {
+    static char text[1 << 16];
+    cudalab_grader_recorded(text, sizeof text);
+    printf("== %s\n%s", title, text);
+}
+int main() {
+    const float mask[3] = {1.0f, 1.0f, 1.0f};
+    call(mask, 3);  // the process's first call: not recorded
+    printf("at %llu\n", (unsigned long long)(size_t)mask_d);
+    cudalab_grader_record(1);
+    call(mask, 3);
+    __wrap_cudaMemset(mask_d + 1, 0, 4);  // (written once per record)
+    cudalab_grader_record(0);
+    recorded("held");
+    cudalab_grader_record(1);
+    void* scratch = NULL;
+    __wrap_cudaMalloc(&scratch, 32);
+    __wrap_cudaMemset(scratch, 0, 32);
+    __wrap_cudaFree(mask_d);
+    cudalab_grader_record(0);
+    recorded("freed");
+    cudalab_grader_record(1);
+    __wrap_cudaMemset(mask_d, 0, 4);  // freed: not held any more
+    __wrap_cudaMemset(scratch, 0, 4);  // allocated in an earlier record and held since
+    cudalab_grader_record(0);
+    recorded("after");
+    return 0;
+}
+"""
+
+
+def test_memory_a_launcher_allocated_in_an_earlier_call_is_recorded_as_allocated_where_a_record_first_uses_it(tmp_path):
+    """The course's global-memory baseline allocates its mask once, in a static pointer, then copies
+    into it on every call. A record made after the process's first call (by the correctness worker,
+    once its cases are over) named memory the replay never saw allocated, and the case went to
+    Nsight Compute. Must: such memory is written as allocated right before the record's first
+    operation on it, once per record; memory freed is not; and the record plans onto the replay's
+    own buffers. (The real support file, built with the real nvcc; the runtime's calls stood in for.)"""
+    from grader.isolation.build import SUPPORT_SOURCE
+
+    nvcc = toolchain.find("nvcc")
+    if nvcc is None:
+        pytest.skip("needs nvcc")
+    program, others, exe = tmp_path / "held.cu", tmp_path / "others.c", tmp_path / "held"
+    program.write_text(HELD_PROGRAM)
+    stood_in = ("cudaMalloc", "cudaFree", "cudaMemcpy", "cudaMemset")
+    others.write_text("".join(f"void __real_{name}(void) {{}}\n" for name in (*WRAPPED_LAUNCHES, *RECORDED_CALLS)
+                              if name not in stood_in))  # (the wrapped calls the program never makes)
+    built = subprocess.run([str(nvcc), "-o", str(exe), str(program), str(SUPPORT_SOURCE), str(others)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=True).stdout
+    at = int(out.split("\n")[0].removeprefix("at "))
+    held, freed, after = (part.strip().splitlines() for part in out.split("== ")[1:])
+    assert held == ["held", f"malloc {at} 256", f"copy h2d {at} {held[2].split()[3]} 12 0 {MASK}", f"memset {at + 4} 0 4 0"]
+    scratch = int(freed[1].split()[1])
+    assert freed == ["freed", f"malloc {scratch} 32", f"memset {scratch} 0 32 0", f"malloc {at} 256", f"free {at}"]
+    assert after == ["after", f"memset {at} 0 4 0", f"malloc {scratch} 32", f"memset {scratch} 0 4 0"]
+    launch = f"launch plain _Z4convPKfPfi 4 1 1 256 1 1 0 0 {ptr(at)} {ptr(P_ADDR)} {i32(3)}"  # (as the kernel would be)
+    record = parse({"text": "\n".join([*held[1:], launch]) + "\n", "arrays": {"in": M_ADDR, "out": P_ADDR, "mask": MASK_ADDR}},
+                   ["in", "out", "mask"])
+    plan = plan_call(record, ARRAYS, MODULE)
+    assert [type(step).__name__ for step in plan.steps] == ["Alloc", "Copy", "Memset", "Launch"]
+    alloc, launched = plan.steps[0], plan.steps[-1]
+    assert isinstance(alloc, Alloc) and isinstance(launched, Launch) and launched.patches[0].buffer == alloc.buffer
+
+
 @pytest.fixture(scope="module")
 def replayer(tmp_path_factory) -> Path:
     try:
