@@ -203,19 +203,22 @@ static struct {
 } g_held[HELD_MAX];
 static int g_nheld = 0;
 
+// (A launcher that allocates from several threads at once may lose an entry: never write out of bounds.)
 static void held_add(const void* p, size_t n) {
-    if (g_nheld < HELD_MAX) {
-        g_held[g_nheld].at = (uintptr_t)p;
-        g_held[g_nheld].size = n;
-        g_held[g_nheld].written = g_rec_on;
-        g_nheld++;
-    }
+    int k = g_nheld;
+    if (k < 0 || k >= HELD_MAX) return;
+    g_held[k].at = (uintptr_t)p;
+    g_held[k].size = n;
+    g_held[k].written = g_rec_on;
+    g_nheld = k + 1;
 }
 
 static void held_drop(const void* p) {
-    for (int i = 0; i < g_nheld; ++i)
+    int k = g_nheld;
+    for (int i = 0; i < k && i < HELD_MAX; ++i)
         if (g_held[i].at == (uintptr_t)p) {
-            g_held[i] = g_held[--g_nheld];
+            g_held[i] = g_held[k - 1];
+            g_nheld = k - 1;
             return;
         }
 }
@@ -223,7 +226,7 @@ static void held_drop(const void* p) {
 static void held_touch(const void* p) {
     uintptr_t a = (uintptr_t)p;
     if (!g_rec_on || a == 0) return;
-    for (int i = 0; i < g_nheld; ++i)
+    for (int i = 0; i < g_nheld && i < HELD_MAX; ++i)
         if (!g_held[i].written && g_held[i].at <= a && a - g_held[i].at < (g_held[i].size ? g_held[i].size : 1)) {
             g_held[i].written = 1;
             rec("malloc %llu %zu\n", (unsigned long long)g_held[i].at, g_held[i].size);
@@ -238,7 +241,7 @@ extern "C" void cudalab_grader_record(int on) {
         g_rec_len = 0;
         g_rec_full = 0;
         g_rec[0] = 0;
-        for (int i = 0; i < g_nheld; ++i) g_held[i].written = 0;
+        for (int i = 0; i < g_nheld && i < HELD_MAX; ++i) g_held[i].written = 0;
     }
     g_rec_on = on;
 }
