@@ -10,7 +10,8 @@ decimal, bytes in lowercase hex (``-`` for none):
     launch plain KERNEL GX GY GZ BX BY BZ SHARED STREAM SIZE:HEX ...   a kernel launch: its symbol,
                                    grid, block, dynamic shared bytes, stream (0 the default stream,
                                    1 another), then each parameter's bytes (``?`` where unknown)
-    malloc ADDRESS SIZE            cudaMalloc
+    malloc ADDRESS SIZE            cudaMalloc; also memory allocated before the record (kept by the
+                                   launcher between calls), right before the record's first use of it
     free ADDRESS                   cudaFree
     memset ADDRESS VALUE SIZE STREAM
     copy KIND DST SRC SIZE STREAM HEX|-        cudaMemcpy(Async); KIND h2d, d2h, d2d or h2h; the
