@@ -47,7 +47,7 @@ def probe() -> GpuProbe:
     """Find the GPU that will be graded on; say why when there is none (or it cannot be used).
 
     A GPU found is remembered by the process (for the devices it may see): each probe started
-    NVML, 30-70 ms on an H200, and a repository's grade probed a dozen times. Where none was
+    NVML (20-75 ms on an H200 host, under a profiler), and a repository's grade probed a dozen times. Where none was
     found, the next probe looks again. What changes as it runs is read by ``health``."""
     key = (os.getpid(), os.environ.get("GRADER_NO_GPU", ""), os.environ.get("CUDA_VISIBLE_DEVICES"))
     with _FOUND_LOCK:
