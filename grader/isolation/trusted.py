@@ -54,9 +54,14 @@ def baselines_worker(gpu: str, isolation: Isolation) -> SharedWorker:
         return worker
 
 
+def trusted_isolation(options: GradeOptions) -> Isolation:
+    """How the grader's own code runs on the GPU as ``options`` grade: unconfined, with the trusted kernel cache."""
+    return Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options))
+
+
 def trusted_worker(options: GradeOptions, gpu: GpuInfo) -> SharedWorker:
     """The baselines' worker of ``gpu`` as ``options`` grade there (see :func:`baselines_worker`)."""
-    return baselines_worker(key_of(gpu), Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options)))
+    return baselines_worker(key_of(gpu), trusted_isolation(options))
 
 
 def _end(worker: SharedWorker, folder: Path) -> None:

@@ -30,7 +30,8 @@ from ...host.gpulock import BASELINES_LOCK, lock_folder
 from ...host.hostlock import hold
 from ...isolation.build import baseline_library
 from ...isolation.launch import Isolation, RunDirs
-from ...isolation.options import GradeOptions, Progress, archs_for, kernel_cache, no_progress, probe_for, sandbox_for
+from ...isolation.options import GradeOptions, Progress, archs_for, no_progress, probe_for
+from ...isolation.trusted import trusted_isolation
 from ...labspec.labs import load_problem
 from ...labspec.spec import LabSpec
 from ..correctness import case_tool_task
@@ -61,7 +62,7 @@ def profile_baselines(specs: list[LabSpec], options: GradeOptions, progress: Pro
     if not options.counters or probe.gpu is None or toolchain.find("ncu") is None:
         return 0
     cache_dir = options.cache_dir or default_cache_dir()
-    isolation = Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options))
+    isolation = trusted_isolation(options)
     root = Path(tempfile.mkdtemp(prefix="grade-baselines-"))
     try:
         # (what another grading profiled while this one waited is cached by now: only the rest is pending)

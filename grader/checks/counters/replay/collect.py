@@ -43,11 +43,11 @@ from ....errors import GraderError
 from ....host.safeio import read_file
 from ....isolation.build import baseline_library
 from ....isolation.compilerlog import demangle
-from ....isolation.launch import Isolation
-from ....isolation.options import GradeOptions, archs_for, kernel_cache, probe_for, sandbox_for, secret_of, work_folder
+from ....isolation.options import GradeOptions, archs_for, probe_for, sandbox_for, secret_of, work_folder
 from ....isolation.replies import Reply
 from ....isolation.submission import Submission
 from ....isolation.toolrun import run_under_tool
+from ....isolation.trusted import trusted_isolation
 from ....labspec.labs import load_problem
 from ....labspec.spec import CounterCheck, LabSpec
 from ....worker.buffers import Slot, filled_inputs, layout
@@ -200,7 +200,7 @@ def replay_baselines_ahead(specs: list[LabSpec], options: GradeOptions, note: No
         folder: Path | None = None
         try:
             replayer.warm()
-            isolation = Isolation(sandbox_for(options), trusted=True, cupy_cache=kernel_cache(options))
+            isolation = trusted_isolation(options)
             todo = {}
             for spec in specs:
                 lab = Submission(spec, "ahead", Path(), (), archs, load_problem(spec), isolation, cache_dir, work,
