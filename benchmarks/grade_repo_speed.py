@@ -115,8 +115,8 @@ def main() -> int:
             print(f"{'':<7} {r.lab:<16} {r.score:>4g}/{r.max_score:<4g} "
                   + " ".join(f"{r.stage_seconds.get(s, 0.0):12.2f}" for s in stages))
     print("(sanitizers and counters run in the background: they overlap the other stages and labs)")
-    phases = ("open", "sampling", "close", "check")
-    print(f"\n{'speed stage':<26} " + " ".join(f"{p:>12}" for p in phases))
+    phases = ("open", "sampling", "sampling.refill", "sampling.calls", "close", "check")
+    print(f"\n{'speed stage':<26} " + " ".join(f"{p.replace('sampling.', '  '):>12}" for p in phases))
     for r in last:
         print(f"{r.lab:<26} " + " ".join(f"{r.stage_seconds.get(f'{Stage.SPEED.value}.{p}', 0.0):12.2f}" for p in phases))
     for r in last:

@@ -78,6 +78,9 @@ class Measurement:
     gated: bool = True  # every call was timed behind a timing gate (see worker.sampling.Gate)
     gate_note: str = ""  # why not: what the call that found no gate held said ("expired", ...)
     phase_s: dict[str, float] = field(default_factory=dict)  # "open", "sampling", "close": where the time went
+    #: of the sampling: "refill" (fresh inputs and a flushed L2 before each call, warm-up
+    #: included), "calls" (the timed calls' round trips)
+    split_s: dict[str, float] = field(default_factory=lambda: {"refill": 0.0, "calls": 0.0})
 
 
 def timing_seed(spec: LabSpec, secret: str) -> int:
@@ -238,6 +241,7 @@ class TimedRun:
         marks.append(time.monotonic())
         m.phase_s = {name: round(end - begin, 3) for name, begin, end in zip(("open", "sampling", "close"), marks, marks[1:])}
         m.phase_s["open"] = round(m.phase_s["open"] + self.open_s, 3)
+        m.phase_s.update({f"sampling.{k}": round(v, 3) for k, v in m.split_s.items()})
         m.by_clock = bound_by_round_trips(m.samples["student"], m.trips["student"],
                                           [(m.walls[b], m.trips[b]) for b in self.baselines])
         return m
@@ -262,10 +266,14 @@ class TimedRun:
         """One timed call of ``n``: its time (by the wall clock where it ran late), whether it did,
         its wall time and the grader's round trip, in ms."""
         m = self.m
+        began = time.monotonic()
         if n == "student":
             self._shared(timing_prepare(n))  # fresh inputs in the student's buffers, by the trusted worker
         self._call(n, timing_prepare(n))
+        prepared = time.monotonic()
         result = self._call(n, timing_sample(n, m.gated and gated))
+        m.split_s["refill"] += prepared - began
+        m.split_s["calls"] += time.monotonic() - prepared
         data = result.answer
         if m.gated and gated and data.gate != "held":
             # the gate expired (the launcher waited for the GPU) or there is none: no gate, for every kernel
