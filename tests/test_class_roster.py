@@ -175,6 +175,45 @@ def test_a_gpu_found_is_remembered_by_the_process_and_none_found_is_looked_for_a
     assert gpu.probe().gpu is not None and gpu.probe().gpu.uuid == "GPU-1" and len(looks) == 4
 
 
+def test_nvml_is_shut_down_after_each_reading_and_a_driver_that_cannot_start_it_reads_as_nothing(monkeypatch):
+    """``gpu.nvml``, shared by the GPU's health and the list of GPUs: NVML shut down after the
+    block, even one that failed; no NVML, or none that starts, gives None (and so no health, no GPUs)."""
+    import types
+
+    from grader.host import gpu
+
+    calls: list[str] = []
+    fake = types.ModuleType("pynvml")
+    fake.nvmlInit = lambda: calls.append("init")
+    fake.nvmlShutdown = lambda: calls.append("shutdown")
+    fake.nvmlDeviceGetCount = lambda: 1
+
+    def handle(i):
+        raise RuntimeError("GPU is lost")
+
+    fake.nvmlDeviceGetHandleByIndex = handle
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with gpu.nvml() as pynvml:
+        assert pynvml is fake and calls == ["init"]
+    assert calls == ["init", "shutdown"]
+    assert gpu.health(gpu.GpuInfo("H100", (9, 0), "580.1", 0, "GPU-1")) == {} and gpus.nvml_devices() == []
+    assert calls == ["init", "shutdown"] * 3  # each shut down after its error
+
+    def no_driver():
+        calls.append("init")
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    fake.nvmlInit = no_driver
+    with gpu.nvml() as pynvml:
+        assert pynvml is None
+    assert gpu.health(gpu.GpuInfo("H100", (9, 0), "580.1", 0, "GPU-1")) == {} and gpus.nvml_devices() == []
+    assert calls == ["init", "shutdown"] * 3 + ["init"] * 3  # never shut down what did not start
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    with gpu.nvml() as pynvml:
+        assert pynvml is None
+    assert gpus.nvml_devices() == []
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -9,7 +10,7 @@ import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..worker.protocol import first_visible_device
 
@@ -113,21 +114,33 @@ def _probe_nvml(index: int) -> GpuProbe:
         pynvml.nvmlShutdown()
 
 
-def health(gpu: GpuInfo) -> dict[str, object]:
-    """``gpu``'s clocks, temperature, throttle reasons and other processes now, recorded with each
-    lab's grade; nothing where NVML cannot say."""
+@contextlib.contextmanager
+def nvml() -> Iterator[Any]:
+    """pynvml, started for the block and shut down after it; None where it is not installed or
+    cannot start (no driver)."""
     try:
         import pynvml  # from nvidia-ml-py; optional
 
         pynvml.nvmlInit()
     except Exception:
-        return {}
+        yield None
+        return
     try:
-        return _health(pynvml, pynvml.nvmlDeviceGetHandleByIndex(gpu.index))
-    except Exception:
-        return {}
+        yield pynvml
     finally:
         pynvml.nvmlShutdown()
+
+
+def health(gpu: GpuInfo) -> dict[str, object]:
+    """``gpu``'s clocks, temperature, throttle reasons and other processes now, recorded with each
+    lab's grade; nothing where NVML cannot say."""
+    with nvml() as pynvml:
+        if pynvml is None:
+            return {}
+        try:
+            return _health(pynvml, pynvml.nvmlDeviceGetHandleByIndex(gpu.index))
+        except Exception:
+            return {}
 
 
 def _health(pynvml: Any, handle: Any) -> dict[str, object]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import GraderError
-from .gpu import gpu_key
+from .gpu import gpu_key, nvml
 
 
 @dataclass(frozen=True)
@@ -41,27 +41,20 @@ def seeing_only(index: int) -> dict[str, str]:
 
 def nvml_devices() -> list[GpuSlot]:
     """Every GPU the driver reports ([] without NVML or a driver)."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name, uuid = pynvml.nvmlDeviceGetName(h), pynvml.nvmlDeviceGetUUID(h)
-            cc = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-            out.append(GpuSlot(i, uuid.decode() if isinstance(uuid, bytes) else str(uuid),
-                               name.decode() if isinstance(name, bytes) else str(name), (int(cc[0]), int(cc[1]))))
-        return out
-    except Exception:
-        return []
-    finally:
-        pynvml.nvmlShutdown()
+    with nvml() as pynvml:
+        if pynvml is None:
+            return []
+        try:
+            out = []
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name, uuid = pynvml.nvmlDeviceGetName(h), pynvml.nvmlDeviceGetUUID(h)
+                cc = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+                out.append(GpuSlot(i, uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                                   name.decode() if isinstance(name, bytes) else str(name), (int(cc[0]), int(cc[1]))))
+            return out
+        except Exception:
+            return []
 
 
 def visible(devices: list[GpuSlot], cuda_visible: str | None) -> list[GpuSlot]:
