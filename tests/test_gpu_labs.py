@@ -459,3 +459,24 @@ def test_a_kernel_reading_shared_memory_it_never_wrote_fails_every_grade():
         assert all(c.outcome is Outcome.FAIL for cid, c in cases.items() if cid != "correctness[empty]"), cases
     checks = _grade_known("tiled_matmul", "wrong/reads_unloaded_padding.cu", timing=False, counters=False, sanitizers=False)
     assert all(c.outcome is Outcome.FAIL for cid, c in checks.items() if cid.startswith("correctness["))
+
+
+@pytest.mark.gpu
+def test_timed_inputs_drawn_by_philox_are_the_same_for_a_seed_and_fresh_for_the_next():
+    """What the trusted worker's timing draws with (``drawing_xp``), on CuPy: every session of a
+    seed draws the same inputs, the next seed others, from the lab's range."""
+    import cupy as cp
+
+    from grader.labspec.labs import load_problem
+    from grader.worker.sampling import drawing_xp
+
+    xp = drawing_xp(cp)
+    assert xp.random.RandomState(3).method == cp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10
+    problem = load_problem(find_lab("memory_types"))
+    params = {"n": 1 << 20, "mask_width": 15}
+    a, b, c = (problem.generate(params, seed, xp)["in"] for seed in (11, 11, 12))
+    assert isinstance(a, cp.ndarray) and a.dtype == cp.float32 and a.size == 1 << 20
+    assert bool((a == b).all()) and float((a == c).mean()) < 1e-3
+    assert -1.0 <= float(a.min()) and float(a.max()) < 1.0 and abs(float(a.mean())) < 0.01
+    text = load_problem(find_lab("histogram")).generate({"n": 1 << 16, "text": "english"}, 5, xp)["text"]
+    assert text.dtype == cp.uint8 and int(text.max()) < 128

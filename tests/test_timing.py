@@ -593,3 +593,36 @@ def test_the_speed_checks_read_the_trusted_workers_closing_reply(tmp_path, modif
     checks, _ = speed.score(SimpleNamespace(spec=spec, problem=problem), None, m)  # type: ignore[arg-type]
     assert [c.id for c in checks] == [c.id for c in bench.checks]
     assert all(c.message.startswith(expect) for c in checks), [c.message for c in checks]
+
+
+@pytest.mark.parametrize("lab_id", lab_ids())
+def test_the_timed_inputs_are_drawn_by_philox_and_every_labs_generator_draws_through_it(lab_id):
+    """The trusted worker's timed inputs come from CuPy's ``RandomState`` with Philox; every
+    other name a lab's generator uses is CuPy's own (numpy stands in for it here: the GPU tests
+    draw with CuPy)."""
+    import types
+
+    import numpy as np
+
+    from grader.labspec.labs import load_problem
+    from grader.worker.sampling import drawing_xp
+
+    methods = []
+
+    def random_state(seed, method):
+        methods.append(method)
+        return np.random.RandomState(seed)
+
+    fake = types.ModuleType("cupy")
+    fake.__dict__.update({k: v for k, v in np.__dict__.items() if not k.startswith("__")})
+    fake.random = SimpleNamespace(RandomState=random_state, default_rng=np.random.default_rng)
+    fake.cuda = SimpleNamespace(curand=SimpleNamespace(CURAND_RNG_PSEUDO_PHILOX4_32_10="philox"))
+    spec = find_lab(lab_id)
+    problem = load_problem(spec)
+    for case in spec.correctness.cases[:3]:
+        drawn = problem.generate(dict(case.params), 5, drawing_xp(fake))
+        plain = problem.generate(dict(case.params), 5, np)
+        assert sorted(drawn) == sorted(plain)
+        assert all(np.array_equal(drawn[k], plain[k]) for k in plain), case.params
+    assert methods and set(methods) == {"philox"}
+    assert drawing_xp(fake).float32 is np.float32 and drawing_xp(fake).random.default_rng is np.random.default_rng
