@@ -110,14 +110,13 @@ def test_several_seats_on_one_gpu_are_lanes_of_their_own_each_with_its_lock(tmp_
     assert {r.lane for r in results} == {"gpu7", "gpu7.1"}, "both seats graded"
 
 
-def _alice(tmp_path: Path) -> tuple[GradeOptions, plan.StudentJob]:
+def _alice(tmp_path: Path, options: GradeOptions = GradeOptions(gpu=False)) -> tuple[GradeOptions, plan.StudentJob]:
     """A class of one (alice, the lab's reference) planned without a GPU: its options and job."""
     from grader.labspec.labs import find_lab
 
     target = tmp_path / "repos" / "alice" / "labs" / LAB / "student.cu"
     target.parent.mkdir(parents=True)
     shutil.copy(find_lab(LAB).files.reference, target)
-    options = GradeOptions(gpu=False)
     return options, plan.plan_student(roster.from_folder(tmp_path / "repos")[0], [find_lab(LAB)], options, tmp_path / "out", tmp_path)
 
 
@@ -395,7 +394,9 @@ def test_a_lane_stopped_mid_student_ends_once_the_grading_has_unwound(tmp_path):
     from grader.classroom import lanes
     from grader.host.procgroup import ended
 
-    options, job = _alice(tmp_path)
+    # a cache of its own: the build is seconds of nvcc, not a copy of an earlier test's (the stop
+    # must come while the grading runs, not once it has returned)
+    options, job = _alice(tmp_path, GradeOptions(gpu=False, cache_dir=tmp_path / "cache"))
     manager = multiprocessing.get_context("spawn").Manager()
     try:
         progress = manager.Queue()
