@@ -72,7 +72,7 @@ def test_the_worker_package_imports_alone():
     """What the sandbox copies (the worker package and the package marker) is all the worker
     needs: it imports with nothing else of the grader on the path."""
     root = worker_runtime()
-    assert sorted(p.name for p in (root / "grader").iterdir()) == ["__init__.py", "worker"]
+    assert sorted(p.name for p in (root / "grader").iterdir()) == ["__init__.py", "__pycache__", "worker"]
     code = ("import sys; sys.path.insert(0, sys.argv[1])\n"
             "import grader.worker.main, grader.worker.protocol, grader.worker.confine\n"
             "assert not [m for m in sys.modules if m.startswith('grader.') and not m.startswith('grader.worker')], sys.modules\n"
@@ -82,6 +82,24 @@ def test_the_worker_package_imports_alone():
                               timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith(str(root))
+
+
+def test_a_worker_starts_from_the_copy_s_own_bytecode():
+    """The copy is compiled once, as it is made: a worker (which cannot write into it) loads every
+    module of the package from there and compiles none of them itself."""
+    root = worker_runtime()
+    sources = sorted((root / "grader").rglob("*.py"))
+    assert len(sources) > 5
+    code = "import sys; sys.path.insert(0, sys.argv[1]); import grader.worker.main"
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run([sys.executable, "-I", "-v", "-c", code, str(root)], capture_output=True, text=True,
+                              cwd=cwd, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    loaded = {line.split(" matches ")[-1].strip() for line in lines if " matches " in line}
+    compiled = {line.removeprefix("# code object from ").strip() for line in lines if line.startswith("# code object from ")}
+    assert {str(root / "grader" / "worker" / "main.py"), str(root / "grader" / "__init__.py")} <= loaded, "not read from the copy's bytecode"
+    assert [str(m) for m in sources if str(m) in compiled] == [], "compiled by the worker as it started"
 
 
 def test_every_module_the_architecture_map_names_exists():

@@ -13,6 +13,7 @@ say so; a class run refuses to grade instead (:func:`refusal`), unless the sandb
 from __future__ import annotations
 
 import atexit
+import compileall
 import contextlib
 import dataclasses
 import functools
@@ -302,7 +303,9 @@ def worker_runtime() -> Path:
     """A read-only copy of the worker package, made once per grader process.
 
     Inside the sandbox the worker imports only this copy (the package needs nothing else of the
-    grader), so the grader's other files stay hidden.
+    grader), so the grader's other files stay hidden. It is byte-compiled here, once: a worker
+    cannot write into it, and every worker (a dozen or more a repository) would otherwise compile
+    the package's source again as it starts.
     """
     folder = Path(tempfile.mkdtemp(prefix="grader-runtime-"))
     atexit.register(remove_read_only, folder)
@@ -310,6 +313,7 @@ def worker_runtime() -> Path:
     package = folder / "grader"
     shutil.copytree(here / "worker", package / "worker", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(here / "__init__.py", package / "__init__.py")
+    compileall.compile_dir(package, quiet=2)  # (one that does not compile is compiled by the worker, as before)
     for path in sorted(package.rglob("*"), reverse=True):
         path.chmod(0o555 if path.is_dir() else 0o444)
     package.chmod(0o555)
