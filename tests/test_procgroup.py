@@ -255,3 +255,25 @@ def test_a_worker_started_ahead_starts_at_once_unless_gpu_work_takes_turns(tmp_p
         turned.spawn_ahead()
         assert turned.proc is None and turned.starts == 0
 
+
+
+def test_a_process_whose_name_holds_brackets_and_spaces_is_still_found_below_its_parent():
+    """A student's program names itself what it likes (``prctl``): the walk of /proc reads the
+    parent from after the name's last bracket, so a name like ``x) 1 (y`` hides no process."""
+    import os
+    import sys
+
+    import psutil
+
+    from grader.host.procgroup import _below
+
+    code = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, b'x) 1 (y z', 0, 0, 0)\n"
+            "print('named', flush=True); time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "named"
+        assert Path(f"/proc/{child.pid}/comm").read_text().strip() == "x) 1 (y z"
+        assert child.pid in [p.pid for p in _below(psutil.Process(os.getpid()))]
+    finally:
+        child.kill()
+        child.wait()

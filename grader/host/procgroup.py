@@ -131,11 +131,17 @@ def _members(pgid: int) -> list[psutil.Process]:
 
 def _children() -> dict[int, list[int]]:
     """Each process's children, by id, read from /proc/PID/stat (one that cannot be read is left
-    out: psutil's own table raises out of the whole walk for it)."""
+    out: psutil's own table raises out of the whole walk for it). Read with plain system calls: a
+    timing holds and releases the student's worker through this walk of every process on the
+    host, and a ``Path`` for each took 2.5 times as long."""
     found: dict[int, list[int]] = {}
     for pid in psutil.pids():
         try:
-            stat = Path(f"/proc/{pid}/stat").read_bytes()
+            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+            try:
+                stat = os.read(fd, 4096)
+            finally:
+                os.close(fd)
             parent = int(stat[stat.rindex(b")") + 2:].split()[1])  # the name, in brackets, may hold anything
         except (OSError, ValueError, IndexError):
             continue
