@@ -247,6 +247,25 @@ def test_a_task_names_buffers_by_number_and_code_by_its_checked_symbols(tmp_path
 METRICS = {"c0": ("a.sum", "b.sum")}
 
 
+def test_a_case_s_inputs_are_written_in_c_order_whatever_the_array_s_layout(tmp_path):
+    """The replayer reads each input file as the buffer's bytes: a transposed or sliced array is
+    written as the contiguous array it stands for, and an empty one as an empty file."""
+    from types import SimpleNamespace
+
+    from grader.checks.counters.replay.collect import _case_task
+
+    base = np.arange(48, dtype=np.float32).reshape(6, 8)
+    inputs = {"a": base.T, "b": base[:, ::2], "c": np.zeros(0, np.int32), "d": base, "e": np.float16(3.5) * np.ones((), np.float16)}
+    buffers = [SimpleNamespace(index=i, kind="input", name=n) for i, n in enumerate(inputs)]
+    buffers.append(SimpleNamespace(index=9, kind="output", name="out"))
+    case = SimpleNamespace(metrics=("m",))
+    task = _case_task("c0", case, SimpleNamespace(buffers=buffers), inputs, tmp_path)
+    assert sorted(task.inputs) == [0, 1, 2, 3, 4] and task.outputs == {9: tmp_path / "c0-out9.bin"}
+    for i, name in enumerate(inputs):
+        assert task.inputs[i].read_bytes() == np.ascontiguousarray(inputs[name]).tobytes(), name
+    assert not (tmp_path / "c0-out9.bin").exists()
+
+
 def test_a_case_answer_is_believed_only_in_its_exact_shape():
     ok = {"case": "c0", "status": "ok", "values": {"a.sum": 524288.0, "b.sum": 0}, "passes": 2, "planned": 2, "ranges": 1,
           "seconds": 0.16}
