@@ -401,16 +401,23 @@ def print_replay_phases(out: Path) -> None:
     (they replay side by side, but the replayer takes their tasks one at a time: ``queue``), the
     median student (from the reports; nothing where no lab was replayed)."""
     per_student = []
+    per_lab: dict[str, list[dict[str, float]]] = {}  # a lab's phases, for each student it was replayed for
     for report in sorted((out / STUDENTS_DIR).glob("*/report.json")):
         sums: dict[str, float] = {}
         for lab in json.loads(report.read_text())["labs"]:
-            for phase in REPLAY_PHASES:
-                sums[phase] = sums.get(phase, 0.0) + float(lab["stage_seconds"].get(f"counters.{phase}", 0.0))
+            own = {phase: float(lab["stage_seconds"].get(f"counters.{phase}", 0.0)) for phase in REPLAY_PHASES}
+            for phase, seconds in own.items():
+                sums[phase] = sums.get(phase, 0.0) + seconds
+            if "lab" in lab and any(own.values()):
+                per_lab.setdefault(str(lab["lab"]), []).append(own)
         if any(sums.values()):
             per_student.append(sums)
     if per_student:
         shown = ", ".join(f"{p} {statistics.median(s[p] for s in per_student):.2f}" for p in REPLAY_PHASES)
         print(f"the counter replay's phases, seconds summed over a student's labs, median of {len(per_student)} students: {shown}")
+    for lab, rows in sorted(per_lab.items()):
+        shown = ", ".join(f"{p} {statistics.median(r[p] for r in rows):.2f}" for p in REPLAY_PHASES)
+        print(f"  {lab}, median of {len(rows)}: {shown}")
 
 
 def print_serial(out: Path, gpus: int) -> None:

@@ -719,10 +719,15 @@ def test_the_class_benchmark_says_where_a_students_counter_replay_spent_its_time
     for k, labs in enumerate(students):
         folder = tmp_path / "students" / f"s{k}"
         folder.mkdir(parents=True)
-        (folder / "report.json").write_text(json.dumps({"labs": [{"stage_seconds": s} for s in labs]}))
+        (folder / "report.json").write_text(json.dumps({"labs": [{"lab": "ab"[i], "stage_seconds": s} for i, s in enumerate(labs)]}))
     bench.print_replay_phases(tmp_path)
     assert capsys.readouterr().out == ("the counter replay's phases, seconds summed over a student's labs, median of 3 students: "
                                        "ahead 0.00, cases 0.00, record 0.50, extract 0.00, plan 0.00, queue 0.50, prepare 0.00, lock 0.00, "
-                                       "profile 0.25, finish 0.00, check 0.00\n")
+                                       "profile 0.25, finish 0.00, check 0.00\n"
+                                       # each lab over the students it was replayed for: a's three, b's one
+                                       "  a, median of 3: ahead 0.00, cases 0.00, record 0.50, extract 0.00, plan 0.00, queue 0.50, "
+                                       "prepare 0.00, lock 0.00, profile 0.25, finish 0.00, check 0.00\n"
+                                       "  b, median of 1: ahead 0.00, cases 0.00, record 0.00, extract 0.00, plan 0.00, queue 2.00, "
+                                       "prepare 0.00, lock 0.00, profile 0.00, finish 0.00, check 0.00\n")
     bench.print_replay_phases(tmp_path / "none")
     assert capsys.readouterr().out == ""
