@@ -295,8 +295,9 @@ def test_compare_tolerance_scales_with_sqrt_k():
 
 @pytest.mark.parametrize("chunk", [1, 5, 7, 1 << 20])
 def test_compare_in_chunks_finds_what_one_pass_finds(chunk):
-    """Outputs are compared a chunk at a time; counts, the first mismatches in row-major order
-    (across chunk boundaries), the NaN count and the largest error do not depend on the chunk."""
+    """Outputs are compared a chunk at a time, the chunks side by side; counts, the first
+    mismatches in row-major order (across chunk boundaries), the NaN count and the largest error
+    do not depend on the chunk."""
     want = np.arange(48, dtype=np.float64).reshape(6, 8)
     got = want.astype(np.float32)
     got[0, 6], got[1, 1], got[4, 0], got[5, 7] = 100.0, np.nan, np.inf, 50.5  # errors 94, NaN, inf, 3.5
@@ -309,6 +310,8 @@ def test_compare_in_chunks_finds_what_one_pass_finds(chunk):
     near[3, 3] += 2.0**-11  # within atol, and exact in float32
     right = compare("P", near, want, FLOAT, {"k": 1}, chunk=chunk)
     assert right.ok and right.max_abs_error == 2.0**-11
+    empty = compare("P", np.zeros((0, 3), np.float32), np.zeros((0, 3)), FLOAT, {"k": 1}, chunk=chunk)
+    assert (empty.ok, empty.wrong, empty.total, empty.summary) == (True, 0, 0, "P: all 0 elements correct")
 
 
 def test_compare_reports_first_mismatches():

@@ -24,6 +24,7 @@ import os
 import tempfile
 import threading
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -197,6 +198,8 @@ def _num(x: float) -> str:
 #: Elements compared at a time: the timed outputs have 64M elements, and whole-array float64
 #: temporaries (eight of them, 512 MB each) took seconds of every timing's check.
 CHUNK = 1 << 20
+#: The most threads an output's chunks are compared on.
+COMPARE_THREADS = 8
 
 
 def _judge(got: np.ndarray, expected: np.ndarray, tol: Tolerance, scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -228,19 +231,28 @@ def compare(
     flat_got, flat_want = got.reshape(-1), expected.reshape(-1)
     wrong, max_err, max_bad_err = 0, 0.0, -math.inf
     shown: list[int] = []  # flat indices of the first wrong elements
-    for start in range(0, total, chunk):
-        g, e = flat_got[start : start + chunk], flat_want[start : start + chunk]
-        bad, err = _judge(g, e, tol, scale)
+
+    def judged(start: int) -> tuple[int, float, list[int], float]:
+        """A chunk's wrong elements, its largest error where none is wrong, its first wrong
+        elements and its largest finite error among them."""
+        bad, err = _judge(flat_got[start : start + chunk], flat_want[start : start + chunk], tol, scale)
         n_bad = int(np.count_nonzero(bad))
         if not n_bad:
-            max_err = max(max_err, float(err.max()))
-            continue
-        wrong += n_bad
-        if len(shown) < max_shown:
-            shown += (np.flatnonzero(bad)[: max_shown - len(shown)] + start).tolist()
+            return 0, float(err.max()), [], -math.inf
         finite_err = err[bad & np.isfinite(err)]
-        if finite_err.size:
-            max_bad_err = max(max_bad_err, float(finite_err.max()))
+        return (n_bad, 0.0, (np.flatnonzero(bad)[:max_shown] + start).tolist(),
+                float(finite_err.max()) if finite_err.size else -math.inf)
+
+    starts = range(0, total, chunk)
+    # the chunks side by side (numpy lets go of the GIL): a timed output has 64 M elements
+    with ThreadPoolExecutor(max_workers=max(1, min(COMPARE_THREADS, len(starts), os.cpu_count() or 1))) as pool:
+        for n_bad, good_err, first_bad, bad_err in pool.map(judged, starts):
+            if not n_bad:
+                max_err = max(max_err, good_err)
+                continue
+            wrong += n_bad
+            shown += first_bad[: max_shown - len(shown)]
+            max_bad_err = max(max_bad_err, bad_err)
     if wrong == 0:
         return Comparison(name, True, 0, total, (), max_err, f"{name}: all {total} elements correct")
     first = tuple(
