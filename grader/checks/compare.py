@@ -244,15 +244,19 @@ def compare(
                 float(finite_err.max()) if finite_err.size else -math.inf)
 
     starts = range(0, total, chunk)
-    # the chunks side by side (numpy lets go of the GIL): a timed output has 64 M elements
-    with ThreadPoolExecutor(max_workers=max(1, min(COMPARE_THREADS, len(starts), os.cpu_count() or 1))) as pool:
-        for n_bad, good_err, first_bad, bad_err in pool.map(judged, starts):
-            if not n_bad:
-                max_err = max(max_err, good_err)
-                continue
-            wrong += n_bad
-            shown += first_bad[: max_shown - len(shown)]
-            max_bad_err = max(max_bad_err, bad_err)
+    threads = min(COMPARE_THREADS, len(starts), os.cpu_count() or 1)
+    if threads > 1:  # the chunks side by side (numpy lets go of the GIL): a timed output has 64 M elements
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            verdicts = list(pool.map(judged, starts))
+    else:
+        verdicts = [judged(start) for start in starts]
+    for n_bad, good_err, first_bad, bad_err in verdicts:
+        if not n_bad:
+            max_err = max(max_err, good_err)
+            continue
+        wrong += n_bad
+        shown += first_bad[: max_shown - len(shown)]
+        max_bad_err = max(max_bad_err, bad_err)
     if wrong == 0:
         return Comparison(name, True, 0, total, (), max_err, f"{name}: all {total} elements correct")
     first = tuple(
