@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..context import current
+from ..context import carried, current
 from ..host.hostdirs import check_private_dir, open_private, private_dir
 from ..labspec.spec import LabSpec, Tolerance
 from ..labspec.version import lab_version
@@ -247,7 +247,7 @@ def compare(
     threads = min(COMPARE_THREADS, len(starts), os.cpu_count() or 1)
     if threads > 1:  # the chunks side by side (numpy lets go of the GIL): a timed output has 64 M elements
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            verdicts = list(pool.map(judged, starts))
+            verdicts = list(pool.map(carried(judged), starts))
     else:
         verdicts = [judged(start) for start in starts]
     for n_bad, good_err, first_bad, bad_err in verdicts:
