@@ -254,6 +254,40 @@ def compare_with(saved: list[Path], out: Path, names: list[str]) -> list[Differe
     return [line for name in names if name in earlier for line in differ(name, verdicts(earlier[name]), in_class_verdicts(out, name), before)]
 
 
+def dram_figures(out: Path, names: list[str]) -> dict[tuple[str, str, str], float]:
+    """Each timed kernel's DRAM traffic in a run's reports (the roofline's ``dram_bytes``), by
+    student, lab and kernel; kernels without one (the lab's model) are left out."""
+    found: dict[tuple[str, str, str], float] = {}
+    for name in names:
+        report = out / "students" / name / "report.json"
+        if not report.is_file():
+            continue
+        for lab in json.loads(report.read_text()).get("labs", []):
+            for kernel, row in (lab.get("timings") or {}).items():
+                value = row.get("dram_bytes") if isinstance(row, dict) else None
+                if isinstance(value, (int, float)) and value > 0:
+                    found[(name, str(lab.get("lab")), str(kernel))] = float(value)
+    return found
+
+
+def print_dram_differences(saved: Path, out: Path, names: list[str], shown: int = 5) -> None:
+    """The timed kernels' DRAM traffic against another class run's (``saved``, its results
+    folder): figures, not verdicts, so printed, not counted. A figure that moved by more than a
+    few percent between two runs of the same code was measured beside other GPU work."""
+    earlier, now = dram_figures(saved, names), dram_figures(out, names)
+    both = sorted(set(earlier) & set(now))
+    if not both:
+        return
+    moved = sorted(((now[k] / earlier[k] - 1.0, k) for k in both), key=lambda item: -abs(item[0]))
+    off = [item for item in moved if abs(item[0]) > 0.05]
+    print(f"DRAM traffic of the timed kernels against {saved}: {len(both)} figures, median change "
+          f"{statistics.median(abs(d) for d, _ in moved) * 100:.1f}%, {len(off)} moved by more than 5%"
+          + (":" if off else ""))
+    for change, (name, lab, kernel) in off[:shown]:
+        print(f"  {name} {lab} {kernel}: {earlier[(name, lab, kernel)] / 1e6:.1f} MB, now {now[(name, lab, kernel)] / 1e6:.1f} MB "
+              f"({change * 100:+.0f}%)")
+
+
 def _whole(path: Path, text: str) -> None:
     """``text`` written to ``path`` whole: a run ended while it writes leaves the last file."""
     path.with_suffix(".tmp").write_text(text)
@@ -650,6 +684,9 @@ def main() -> int:
                 for name, _, _, line in expected_any:
                     print(f"  {name}: {line}")
             status = 1 if counted else status
+        for path in given:
+            if path.is_dir():
+                print_dram_differences(path, out, names)
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return status

@@ -731,3 +731,29 @@ def test_the_class_benchmark_says_where_a_students_counter_replay_spent_its_time
                                        "prepare 0.00, lock 0.00, profile 0.00, finish 0.00, check 0.00\n")
     bench.print_replay_phases(tmp_path / "none")
     assert capsys.readouterr().out == ""
+
+
+def test_the_class_benchmark_sets_the_timed_kernels_dram_traffic_beside_an_earlier_runs(tmp_path, capsys):
+    """Against another class run's results: every timed kernel's DRAM traffic (the roofline's
+    figure) both runs measured, the median change, and those that moved by more than 5%, largest
+    first; a kernel with the lab's model (no figure) or a student missing from either is left out."""
+    bench = _class_benchmark()
+
+    def run(folder, figures):
+        for name, labs in figures.items():
+            (tmp_path / folder / "students" / name).mkdir(parents=True)
+            (tmp_path / folder / "students" / name / "report.json").write_text(json.dumps(
+                {"labs": [{"lab": lab, "timings": {k: {"median_ms": 1.0, **({"dram_bytes": v} if v else {})} for k, v in rows.items()}}
+                          for lab, rows in labs.items()]}))
+
+    run("a", {"s0": {"corner_turning": {"student": 42_000_000, "naive": 5_000_000, "reference": 0}},
+              "s1": {"corner_turning": {"student": 40_000_000}}, "gone": {"histogram": {"student": 1_000_000}}})
+    run("b", {"s0": {"corner_turning": {"student": 42_400_000, "naive": 75_000_000, "reference": 0}},
+              "s1": {"corner_turning": {"student": 30_000_000}}})
+    bench.print_dram_differences(tmp_path / "a", tmp_path / "b", ["s0", "s1", "gone"])
+    assert capsys.readouterr().out == (
+        f"DRAM traffic of the timed kernels against {tmp_path / 'a'}: 3 figures, median change 25.0%, 2 moved by more than 5%:\n"
+        "  s0 corner_turning naive: 5.0 MB, now 75.0 MB (+1400%)\n"
+        "  s1 corner_turning student: 40.0 MB, now 30.0 MB (-25%)\n")
+    bench.print_dram_differences(tmp_path / "a", tmp_path / "none", ["s0"])
+    assert capsys.readouterr().out == ""
