@@ -34,6 +34,7 @@ import numpy as np
 
 from ..context import carried, current
 from ..host.hostdirs import check_private_dir, open_private, private_dir
+from ..isolation.options import usable_cpus
 from ..labspec.spec import LabSpec, Tolerance
 from ..labspec.version import lab_version
 from ..worker import expr
@@ -244,7 +245,7 @@ def compare(
                 float(finite_err.max()) if finite_err.size else -math.inf)
 
     starts = range(0, total, chunk)
-    threads = min(COMPARE_THREADS, len(starts), os.cpu_count() or 1)
+    threads = min(COMPARE_THREADS, len(starts), usable_cpus())
     if threads > 1:  # the chunks side by side (numpy lets go of the GIL): a timed output has 64 M elements
         with ThreadPoolExecutor(max_workers=threads) as pool:
             verdicts = list(pool.map(carried(judged), starts))
