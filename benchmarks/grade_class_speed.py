@@ -187,8 +187,13 @@ class BusySampler:
 Verdict = tuple[str, str, str, str]  # lab, check, outcome, stage
 
 
+def student_report(out: Path, name: str) -> Path:
+    """A student's ``report.json`` in a class run's results folder ``out``."""
+    return out / STUDENTS_DIR / name / "report.json"
+
+
 def in_class_verdicts(out: Path, name: str) -> list[Verdict]:
-    doc = json.loads((out / "students" / name / "report.json").read_text())
+    doc = json.loads(student_report(out, name).read_text())
     return [(r["lab"], c["id"], c["outcome"], c["stage"]) for r in doc["labs"] for c in r["checks"]]
 
 
@@ -238,7 +243,7 @@ def compare_with(saved: list[Path], out: Path, names: list[str]) -> list[Differe
     """Each student's verdicts in the class against those of another class run (``saved`` is its
     results folder: a regrade), or those ``--alone-only`` saved (JSON files: its slices' together)."""
     if len(saved) == 1 and saved[0].is_dir():
-        earlier: dict[str, Any] = {n: in_class_verdicts(saved[0], n) for n in names if (saved[0] / "students" / n / "report.json").is_file()}
+        earlier: dict[str, Any] = {n: in_class_verdicts(saved[0], n) for n in names if student_report(saved[0], n).is_file()}
         before = "in the earlier run"
     else:
         earlier, before = {}, "alone"
@@ -259,7 +264,7 @@ def dram_figures(out: Path, names: list[str]) -> dict[tuple[str, str, str], floa
     student, lab and kernel; kernels without one (the lab's model) are left out."""
     found: dict[tuple[str, str, str], float] = {}
     for name in names:
-        report = out / "students" / name / "report.json"
+        report = student_report(out, name)
         if not report.is_file():
             continue
         for lab in json.loads(report.read_text()).get("labs", []):
