@@ -696,7 +696,9 @@ def test_a_tasks_phases_are_told_with_the_wait_for_the_task_before_it(tmp_path, 
     assert list(told[0]) == list(told[1]) == phases, told
     for spent in told:
         assert 0.3 <= spent["counters.prepare"] < 2.0 and 0.2 <= spent["counters.profile"] < 2.0, spent
-        assert 0.1 <= spent["counters.finish"] < 2.0 and spent["counters.lock"] < 0.5, spent
+        # (the finish is counted from when the grader reads "profiled", which may come a little after
+        # the stand-in said it, so it can fall short of the stand-in's own 0.1 s)
+        assert 0.05 <= spent["counters.finish"] < 2.0 and spent["counters.lock"] < 0.5, spent
     assert told[0]["counters.queue"] < 0.2 and 0.4 <= told[1]["counters.queue"] < 3.0, told  # (0.6 s of the first, less 0.1 s)
 
 
