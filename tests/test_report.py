@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -312,6 +313,44 @@ def test_compare_in_chunks_finds_what_one_pass_finds(chunk):
     assert right.ok and right.max_abs_error == 2.0**-11
     empty = compare("P", np.zeros((0, 3), np.float32), np.zeros((0, 3)), FLOAT, {"k": 1}, chunk=chunk)
     assert (empty.ok, empty.wrong, empty.total, empty.summary) == (True, 0, 0, "P: all 0 elements correct")
+
+
+@pytest.mark.parametrize("rtol,atol,k", [(1e-5, 1e-6, 15), (0.0, 1e-3, 1), (1e-3, 0.0, 7)])
+def test_compare_judges_every_element_as_the_tolerance_formula_does(rtol, atol, k):
+    """Wrong is not |got - expected| <= sqrt(k) * (atol + rtol * |expected|), element by element,
+    to the last bit: outputs a hair either side of the bound, NaN and inf among them."""
+    rng = np.random.default_rng(k)
+    want = rng.standard_normal(200_000) * 10.0 ** rng.integers(-3, 4, 200_000)
+    scale = np.sqrt(k)
+    bound = scale * (atol + rtol * np.abs(want))
+    got = want + bound * rng.choice([-1.0, 1.0], want.size) * rng.choice([0.5, 1 - 2**-52, 1.0, 1 + 2**-52, 2.0], want.size)
+    got[::997], got[1::991] = np.nan, -np.inf
+    tol = Tolerance(kind="float", rtol=rtol, atol=atol, reduction_length="k")
+    with np.errstate(invalid="ignore"):
+        err = np.abs(got - want)
+        wrong = ~(err <= bound)
+    assert 1000 < wrong.sum() < want.size - 1000  # (both sides of the bound are there)
+    cmp = compare("out", got, want, tol, {"k": k}, max_shown=5, chunk=4096)
+    assert cmp.wrong == int(wrong.sum())
+    assert [m.index for m in cmp.first] == [f"[{i}]" for i in np.flatnonzero(wrong)[:5]]
+    assert cmp.max_abs_error == float(err[wrong & np.isfinite(err)].max())
+
+
+def test_the_oracle_check_benchmark_prints_each_labs_three_figures():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "oracle_check_cost.py"
+    done = subprocess.run([sys.executable, str(script), "--labs", "histogram", "tiled_matmul", "--repeat", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"histogram", "tiled_matmul"}, done.stdout
+    assert "bins[7] uint32" in rows["histogram"] and "P[2048, 2048] float64" in rows["tiled_matmul"]
+    for row in rows.values():
+        figures = re.findall(r"(\d+\.\d{3})/\s*(\d+\.\d{3})", row)
+        assert len(figures) == 3 and all(float(best) <= float(median) for best, median in figures), row
 
 
 def test_compare_reports_first_mismatches():
