@@ -209,7 +209,7 @@ def _judge(got: np.ndarray, expected: np.ndarray, tol: Tolerance, scale: float) 
         bad = got.astype(np.int64) != expected.astype(np.int64)
         return bad, np.abs(got.astype(np.float64) - expected.astype(np.float64))
     # scale * (atol + rtol * |e|) and |got - e|, in place on two temporaries (the float64 oracle
-    # is not copied): the same operations in the same order, so the same bits, in 40% less time
+    # is not copied): the same operations in the same order, so the same bits, in a quarter less time
     e = expected.astype(np.float64, copy=False)
     bound = np.abs(e)
     bound *= tol.rtol
@@ -219,8 +219,8 @@ def _judge(got: np.ndarray, expected: np.ndarray, tol: Tolerance, scale: float) 
     with np.errstate(invalid="ignore"):
         np.subtract(err, e, out=err)
         np.abs(err, out=err)
-        bad = np.less_equal(err, bound, out=np.empty(err.shape, bool))
-        return np.logical_not(bad, out=bad), err  # NaN and inf count as wrong
+        within = err <= bound
+        return np.logical_not(within, out=within), err  # NaN and inf count as wrong
 
 
 def compare(
